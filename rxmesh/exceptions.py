@@ -1,0 +1,184 @@
+"""The rxmesh exception tree.
+
+Every exception rxmesh raises on purpose derives from :class:`RxMeshError`. Errors are named by
+cause: closed by us (:class:`MeshDisposedError`) versus broken by the world
+(:class:`StoreUnavailableError`, :class:`StoreError`). Builtin co-bases are added where a user would
+naturally catch them (``except ValueError`` catches every validation refusal, ``except
+PermissionError`` catches a missing grant)::
+
+    RxMeshError (Exception)
+    ├── StoreError                        a store's boundary error; has ``sqlstate``
+    │   └── StorePoolExhaustedError       this process's pool had no free connection (back-pressure)
+    ├── QueryProviderStalledError         the fan-in's Initial gate fired (NOT a TimeoutError)
+    ├── DeliveryFailure                   a NACK that crossed a messaging boundary (``error_type``)
+    ├── BuildCoordinationUnreachableError the build-claim handshake got no answer in time
+    ├── MeshDisposedError                 the mesh was disposed by its owner
+    └── NodeOperationError                UNKNOWN; base of the verbs' errors
+        ├── StoreUnavailableError         UNAVAILABLE: not evaluated, nothing written
+        ├── NodeExistsError               NODE_ALREADY_EXISTS
+        ├── NodeAccessDeniedError         FORBIDDEN              (also a PermissionError)
+        └── NodeValidationError           VALIDATION_FAILED      (also a ValueError)
+            ├── InvalidPathError          INVALID_PATH
+            └── InvalidNodeTypeError      INVALID_NODE_TYPE
+
+The classification of these (which ones mean "the store could not be reached") is NOT made here:
+it lives in :mod:`rxmesh.faults`, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+__all__ = [
+    "BuildCoordinationUnreachableError",
+    "DeliveryErrorType",
+    "DeliveryFailure",
+    "InvalidNodeTypeError",
+    "InvalidPathError",
+    "MeshDisposedError",
+    "NodeAccessDeniedError",
+    "NodeExistsError",
+    "NodeOperationError",
+    "NodeValidationError",
+    "QueryProviderStalledError",
+    "RxMeshError",
+    "StoreError",
+    "StorePoolExhaustedError",
+    "StoreUnavailableError",
+]
+
+
+class RxMeshError(Exception):
+    """Base of every exception rxmesh raises on purpose."""
+
+
+class StoreError(RxMeshError):
+    """An error a store provider raises at its boundary.
+
+    It is a *DB frame* for :func:`rxmesh.faults.is_transient_connect_fault`: it carries a
+    ``sqlstate`` (``None`` where the driver knew none). Providers always ``raise StoreError(...)
+    from exc`` so the network cause stays inside the chain.
+
+    Args:
+        message: what happened, naming the store.
+        sqlstate: the SQLSTATE the condition maps to (``"08001"`` failed connect, ``"08006"`` lost
+            connection, ...), or ``None``.
+        store: a printable name of the store (``"postgres@127.0.0.1:5432"``).
+        transient: the driver's own judgement that this was an infrastructure blip.
+        may_have_run: for a lost connection, whether the statement may have been executed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sqlstate: str | None = None,
+        store: str | None = None,
+        transient: bool = False,
+        may_have_run: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.store = store
+        self.transient = transient
+        self.may_have_run = may_have_run
+
+
+class StorePoolExhaustedError(StoreError):
+    """This process's connection pool had no free connection in time (back-pressure).
+
+    The store was not reached; the text names this process's pool, not the database.
+    """
+
+
+class QueryProviderStalledError(RxMeshError):
+    """A query's Initial gate fired before every provider answered.
+
+    Deliberately not a ``TimeoutError``: it must not enter the retry classes of the ladder.
+
+    Args:
+        providers: the providers that had not delivered their Initial frame.
+        budget: the Initial budget in seconds.
+        query: a printable description of the query.
+    """
+
+    def __init__(self, providers: Sequence[str], budget: float, query: object = None) -> None:
+        self.providers: tuple[str, ...] = tuple(providers)
+        self.budget = budget
+        self.query = query
+        names = ", ".join(repr(p) for p in self.providers)
+        super().__init__(
+            f"query {query!r}: provider(s) {names} did not deliver an Initial frame within "
+            f"{budget:g}s"
+        )
+
+
+class DeliveryErrorType(StrEnum):
+    """Why a message was not delivered, as a responding side reports it."""
+
+    FAILED = "FAILED"
+    NOT_FOUND = "NOT_FOUND"
+    FORBIDDEN = "FORBIDDEN"
+    UNAVAILABLE = "UNAVAILABLE"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+
+
+class DeliveryFailure(RxMeshError):
+    """A NACK: the responding side flattened its exception into a type and a text.
+
+    Exception objects never cross a messaging boundary; this is what arrives instead.
+    """
+
+    def __init__(self, error_type: DeliveryErrorType | str, message: str) -> None:
+        self.error_type = DeliveryErrorType(error_type)
+        self.message = message
+        super().__init__(f"{self.error_type.value}: {message}")
+
+
+class BuildCoordinationUnreachableError(RxMeshError):
+    """The build-claim handshake got no answer in time, every attempt; nothing was verified."""
+
+
+class MeshDisposedError(RxMeshError):
+    """The mesh was disposed by its owner; nothing more will be answered."""
+
+
+class NodeOperationError(RxMeshError):
+    """A node operation failed for an unexpected reason (UNKNOWN); base of all verb errors.
+
+    Args:
+        message: the answer's text.
+        path: the node path concerned, when there is one.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class StoreUnavailableError(NodeOperationError):
+    """UNAVAILABLE: the store could not be reached; nothing was written; re-issue is meaningful."""
+
+
+class NodeExistsError(NodeOperationError):
+    """NODE_ALREADY_EXISTS: a node is already at that path (written by another request)."""
+
+
+class NodeAccessDeniedError(NodeOperationError, PermissionError):
+    """FORBIDDEN: the requester holds no grant for this operation (a verdict)."""
+
+
+class NodeValidationError(NodeOperationError, ValueError):
+    """VALIDATION_FAILED: the request was evaluated and is invalid.
+
+    This is the *validation-refusal type* the terminal arms test for (after the unreachable rule).
+    """
+
+
+class InvalidPathError(NodeValidationError):
+    """INVALID_PATH: the path breaks the path rules; the message names it."""
+
+
+class InvalidNodeTypeError(NodeValidationError):
+    """INVALID_NODE_TYPE: the node type is unknown to the mesh."""

@@ -1,0 +1,298 @@
+"""The ONE classification of faults, and the wording of "not attempted".
+
+Every layer of rxmesh (the query fan-in retry, the node-operation terminal arms, the standing-watch
+classifier, the stream cache, the health text, the messaging handshake) calls these functions. A
+second copy of any rule here is a defect even if it is identical today: copies drift silently.
+
+A *DB frame* is any exception with a ``sqlstate`` attribute (a string, or ``None`` where the driver
+knows none): asyncpg's ``PostgresError`` family, psycopg's errors, and rxmesh's own
+:class:`~rxmesh.exceptions.StoreError`. Typing on the attribute keeps this module free of driver
+imports; it imports without asyncpg installed.
+
+Exception groups: :func:`is_transient_connect_fault` and :func:`is_standing_watch_transient`
+judge a group transient only if EVERY branch is (a defect next to a blip is still a defect);
+:func:`is_no_answer_in_time` matches if ANY branch is a timeout (one hop timing out is enough).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+
+from rxmesh.exceptions import (
+    DeliveryErrorType,
+    DeliveryFailure,
+    MeshDisposedError,
+    QueryProviderStalledError,
+)
+
+__all__ = [
+    "MAX_CHAIN_FRAMES",
+    "NO_ANSWER_IN_TIME_PHRASES",
+    "TRANSIENT_CONNECT_SQLSTATES",
+    "describe_may_have_partially_landed",
+    "describe_not_attempted",
+    "exception_chain",
+    "is_cooperative_cancellation",
+    "is_db_frame",
+    "is_no_answer_in_time",
+    "is_standing_watch_transient",
+    "is_store_unreachable",
+    "is_transient_connect_fault",
+]
+
+TRANSIENT_CONNECT_SQLSTATES: frozenset[str] = frozenset(
+    {
+        # connection_exception family
+        "08000",
+        "08001",
+        "08003",
+        "08004",
+        "08006",
+        # admin shutdown, crash shutdown, cannot connect now
+        "57P01",
+        "57P02",
+        "57P03",
+        # too many connections, configuration limit exceeded
+        "53300",
+        "53400",
+    }
+)
+"""SQLSTATEs that mean "the store could not be reached". 40001 and 40P01 are deliberately absent:
+they are in-query races owned by whoever runs the statement."""
+
+MAX_CHAIN_FRAMES = 256
+"""The chain walk stops after this many frames (a guard against pathological chains)."""
+
+NO_ANSWER_IN_TIME_PHRASES: tuple[str, ...] = (
+    "response did not arrive on time",
+    "placement operation timed out",
+)
+"""The transport's own two timeout phrases, as a forwarding hop flattens them into a FAILED NACK."""
+
+
+def _next_frame(exc: BaseException) -> BaseException | None:
+    if exc.__cause__ is not None:
+        return exc.__cause__
+    if exc.__suppress_context__:
+        return None
+    return exc.__context__
+
+
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """Yield ``exc`` and its causes outer -> inner (``__cause__``, else ``__context__``).
+
+    Stops on a revisit or after :data:`MAX_CHAIN_FRAMES` frames. Branches of an exception group
+    are not entered; callers that care about groups handle them.
+    """
+    seen: set[int] = set()
+    current = exc
+    while current is not None and len(seen) < MAX_CHAIN_FRAMES and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = _next_frame(current)
+
+
+def is_db_frame(exc: BaseException) -> bool:
+    """True for an exception that carries a ``sqlstate`` attribute (a string or ``None``)."""
+    if not hasattr(exc, "sqlstate"):
+        return False
+    sqlstate = exc.sqlstate
+    return sqlstate is None or isinstance(sqlstate, str)
+
+
+def _is_network_frame(exc: BaseException) -> bool:
+    # TimeoutError, ConnectionError and socket errors are all OSError subclasses in Python 3.
+    return isinstance(exc, OSError)
+
+
+class _Walk:
+    """A frame budget and seen-set shared by one classification, across group branches."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+
+    def frames(self, exc: BaseException | None) -> Iterator[BaseException]:
+        current = exc
+        while (
+            current is not None
+            and len(self.seen) < MAX_CHAIN_FRAMES
+            and id(current) not in self.seen
+        ):
+            self.seen.add(id(current))
+            yield current
+            current = _next_frame(current)
+
+
+def _unreachable(exc: BaseException | None, walk: _Walk, db_seen: bool) -> bool:
+    for frame in walk.frames(exc):
+        if isinstance(frame, BaseExceptionGroup):
+            branches = frame.exceptions
+            return bool(branches) and all(_unreachable(b, walk, db_seen) for b in branches)
+        if is_db_frame(frame):
+            if getattr(frame, "sqlstate", None) in TRANSIENT_CONNECT_SQLSTATES:
+                return True
+            db_seen = True
+            continue
+        if _is_network_frame(frame) and db_seen:
+            return True
+    return False
+
+
+def is_transient_connect_fault(exc: BaseException | None) -> bool:
+    """Whether ``exc`` means "the store could not be reached" (the operation was not evaluated).
+
+    The walk goes outer -> inner, remembering whether a DB frame has been seen:
+
+    - a DB frame whose sqlstate is in :data:`TRANSIENT_CONNECT_SQLSTATES` -> True;
+    - any other DB frame -> remember it and go on inward;
+    - a network frame (``TimeoutError``, ``ConnectionError``, other ``OSError``) -> True only if a
+      DB frame was seen outside it (drivers wrap the socket fault; the DB frame is outer);
+    - end of chain, or ``None`` -> False.
+
+    A bare ``TimeoutError`` is refused: a request timeout has its own policy and is not evidence
+    of a storage outage. An exception group is unreachable only if every branch is.
+
+    Example:
+        >>> from rxmesh.exceptions import StoreError
+        >>> try:
+        ...     try:
+        ...         raise ConnectionResetError(104, "Connection reset by peer")
+        ...     except OSError as exc:
+        ...         raise StoreError("lost connection", sqlstate=None) from exc
+        ... except StoreError as err:
+        ...     is_transient_connect_fault(err)
+        True
+    """
+    if exc is None:
+        return False
+    return _unreachable(exc, _Walk(), db_seen=False)
+
+
+is_store_unreachable = is_transient_connect_fault
+"""The same object as :func:`is_transient_connect_fault`, named for the node-operation layer."""
+
+
+def _contains_timeout(exc: BaseException, walk: _Walk) -> bool:
+    for frame in walk.frames(exc):
+        if isinstance(frame, TimeoutError):
+            return True
+        if isinstance(frame, BaseExceptionGroup):
+            return any(_contains_timeout(b, walk) for b in frame.exceptions)
+    return False
+
+
+def is_cooperative_cancellation(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a cooperative cancellation (someone asked this work to stop).
+
+    True for an ``asyncio.CancelledError`` (or a one-branch exception group of one) with NO
+    ``TimeoutError`` anywhere in its chain. A cancellation carrying a timeout is a fault wearing a
+    cancellation's type; it is not matched.
+    """
+    if exc is None:
+        return False
+    target: BaseException = exc
+    if isinstance(target, BaseExceptionGroup):
+        if len(target.exceptions) != 1:
+            return False
+        target = target.exceptions[0]
+    if not isinstance(target, asyncio.CancelledError):
+        return False
+    return not _contains_timeout(exc, _Walk())
+
+
+def _infrastructure_frame(frame: BaseException) -> bool:
+    if isinstance(frame, TimeoutError):
+        return False  # a time-box, not a blip
+    if isinstance(frame, ConnectionError | socket.gaierror):
+        return True
+    return is_db_frame(frame) and getattr(frame, "transient", False) is True
+
+
+def _watch_transient(exc: BaseException, walk: _Walk) -> bool:
+    for frame in walk.frames(exc):
+        if isinstance(frame, MeshDisposedError):
+            return False
+        if isinstance(frame, BaseExceptionGroup):
+            branches = frame.exceptions
+            return bool(branches) and all(_watch_transient_branch(b) for b in branches)
+        if isinstance(frame, QueryProviderStalledError) or _infrastructure_frame(frame):
+            return True
+    return False
+
+
+def _watch_transient_branch(exc: BaseException) -> bool:
+    return is_transient_connect_fault(exc) or _watch_transient(exc, _Walk())
+
+
+def is_standing_watch_transient(exc: BaseException | None) -> bool:
+    """Whether a standing watch should re-open after ``exc`` (rather than end).
+
+    True for a transient connect fault (the one rule), an infrastructure fault (a DB frame its
+    driver marked transient, ``ConnectionError`` and subclasses, ``socket.gaierror``; never a bare
+    ``TimeoutError``), or a :class:`~rxmesh.exceptions.QueryProviderStalledError` anywhere in the
+    chain. An exception group anywhere in the chain is transient only if every flattened branch
+    is. A disposed mesh, a query/schema error, a deserialization error or a plain defect is not.
+    """
+    if exc is None:
+        return False
+    if any(isinstance(f, MeshDisposedError) for f in exception_chain(exc)):
+        return False
+    return _watch_transient_branch(exc)
+
+
+def _names_no_answer(frame: BaseException) -> bool:
+    if isinstance(frame, TimeoutError):
+        return True
+    if isinstance(frame, DeliveryFailure) and frame.error_type is DeliveryErrorType.FAILED:
+        text = frame.message.casefold()
+        return any(phrase in text for phrase in NO_ANSWER_IN_TIME_PHRASES)
+    return False
+
+
+def _no_answer(exc: BaseException, walk: _Walk) -> bool:
+    for frame in walk.frames(exc):
+        if _names_no_answer(frame):
+            return True
+        if isinstance(frame, BaseExceptionGroup):
+            return any(_no_answer(b, walk) for b in frame.exceptions)
+    return False
+
+
+def is_no_answer_in_time(exc: BaseException | None) -> bool:
+    """Whether ``exc`` says "no answer arrived in time", in either of its two shapes.
+
+    (a) a ``TimeoutError`` (the bound fired in this process), or (b) a
+    :class:`~rxmesh.exceptions.DeliveryFailure` with ``error_type == FAILED`` whose text contains
+    "Response did not arrive on time" or "Placement operation timed out" (case-insensitive).
+    Any frame of the chain and any branch of an exception group counts. A NACK that carries a
+    verdict (FORBIDDEN, NOT_FOUND, UNAVAILABLE, ...) never matches, whatever its text quotes.
+    """
+    if exc is None:
+        return False
+    return _no_answer(exc, _Walk())
+
+
+def describe_not_attempted(operation: str) -> str:
+    """The answer text for an operation the store could not evaluate.
+
+    Example:
+        >>> describe_not_attempted("Node creation at 'a/b'").startswith("Node creation at 'a/b'")
+        True
+    """
+    return (
+        f"{operation} could not be attempted: the data store was unreachable. Nothing was "
+        "written. This is an availability failure, not a refusal; retrying the same request "
+        "(with the same node id) is meaningful."
+    )
+
+
+def describe_may_have_partially_landed(operation: str) -> str:
+    """The answer text for a failure after a write had started: part of it may be durable."""
+    return (
+        f"{operation} failed after writing had started: the data store became unreachable. An "
+        "unknown subset of the request may already be durable. Read the current state before "
+        "retrying; re-issuing the same request (with the same node ids) is safe only for what "
+        "is not there."
+    )

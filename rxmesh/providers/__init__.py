@@ -1,0 +1,5 @@
+"""Store providers."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,48 @@
+"""Shared fixtures: where the real servers are, and whether a test may skip without them."""
+
+from __future__ import annotations
+
+import os
+import socket
+from urllib.parse import urlparse
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+PG_DSN = os.environ.get("RXMESH_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+NATS_URL = os.environ.get("RXMESH_TEST_NATS_URL", "nats://127.0.0.1:4222")
+
+
+def _reachable(url: str, default_port: int) -> bool:
+    parsed = urlparse(url)
+    host = parsed.hostname or "127.0.0.1"
+    port = parsed.port or default_port
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def require_server(url: str, default_port: int, what: str) -> None:
+    """Skip (outside CI) or fail (in CI) when the server at ``url`` does not answer."""
+    if _reachable(url, default_port):
+        return
+    message = f"{what} is not reachable at {url}"
+    if IN_CI:
+        pytest.fail(f"{message}, and CI=true requires it")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def pg_dsn() -> str:
+    """The DSN of the shared PostgreSQL server; skips outside CI when it does not answer."""
+    require_server(PG_DSN, 5432, "PostgreSQL")
+    return PG_DSN
+
+
+@pytest.fixture
+def nats_url() -> str:
+    """The URL of the shared NATS server; skips outside CI when it does not answer."""
+    require_server(NATS_URL, 4222, "NATS")
+    return NATS_URL
