@@ -8,7 +8,8 @@ PermissionError`` catches a missing grant)::
 
     RxMeshError (Exception)
     ├── StoreError                        a store's boundary error; has ``sqlstate``
-    │   └── StorePoolExhaustedError       this process's pool had no free connection (back-pressure)
+    │   ├── StorePoolExhaustedError       this process's pool had no free connection (back-pressure)
+    │   └── StoreConflictError            a row is already at that path (sqlstate 23505; a verdict)
     ├── QueryProviderStalledError         the fan-in's Initial gate fired (NOT a TimeoutError)
     ├── DeliveryFailure                   a NACK that crossed a messaging boundary (``error_type``)
     ├── BuildCoordinationUnreachableError the build-claim handshake got no answer in time
@@ -43,6 +44,7 @@ __all__ = [
     "NodeValidationError",
     "QueryProviderStalledError",
     "RxMeshError",
+    "StoreConflictError",
     "StoreError",
     "StorePoolExhaustedError",
     "StoreUnavailableError",
@@ -90,6 +92,29 @@ class StorePoolExhaustedError(StoreError):
 
     The store was not reached; the text names this process's pool, not the database.
     """
+
+
+class StoreConflictError(StoreError):
+    """A write found a row already at its path, written by a different request (a verdict).
+
+    Args:
+        message: what happened.
+        path: the contested path.
+        existing_request_id: the request id stored with the existing row.
+        store: a printable name of the store.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str,
+        existing_request_id: str | None = None,
+        store: str | None = None,
+    ) -> None:
+        super().__init__(message, sqlstate="23505", store=store)
+        self.path = path
+        self.existing_request_id = existing_request_id
 
 
 class QueryProviderStalledError(RxMeshError):

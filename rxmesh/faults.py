@@ -107,11 +107,26 @@ def _is_network_frame(exc: BaseException) -> bool:
     return isinstance(exc, OSError)
 
 
-class _Walk:
-    """A frame budget and seen-set shared by one classification, across group branches."""
+_MAX_TOTAL_FRAMES = MAX_CHAIN_FRAMES * MAX_CHAIN_FRAMES
+"""Frames one classification may visit in all (a guard for groups that share branches)."""
 
-    def __init__(self) -> None:
-        self.seen: set[int] = set()
+
+class _Walk:
+    """The seen-set of one path through a chain, and the frame budget of the whole classification.
+
+    Each exception-group branch is walked with a :meth:`fork`: it remembers the frames on its own
+    path (so a branch whose chain leads back to its group stops) but not its siblings' frames (so
+    two branches that share a cause, or are the same object, are each judged). The 256-frame cap
+    is per path; a total budget bounds a pathological tree of groups.
+    """
+
+    def __init__(self, seen: frozenset[int] = frozenset(), budget: list[int] | None = None) -> None:
+        self.seen: set[int] = set(seen)
+        self._budget = budget if budget is not None else [_MAX_TOTAL_FRAMES]
+
+    def fork(self) -> _Walk:
+        """A walk for one branch: this path's frames so far, the same total budget."""
+        return _Walk(frozenset(self.seen), self._budget)
 
     def frames(self, exc: BaseException | None) -> Iterator[BaseException]:
         current = exc
@@ -119,8 +134,10 @@ class _Walk:
             current is not None
             and len(self.seen) < MAX_CHAIN_FRAMES
             and id(current) not in self.seen
+            and self._budget[0] > 0
         ):
             self.seen.add(id(current))
+            self._budget[0] -= 1
             yield current
             current = _next_frame(current)
 
@@ -129,7 +146,9 @@ def _unreachable(exc: BaseException | None, walk: _Walk, db_seen: bool) -> bool:
     for frame in walk.frames(exc):
         if isinstance(frame, BaseExceptionGroup):
             branches = frame.exceptions
-            return bool(branches) and all(_unreachable(b, walk, db_seen) for b in branches)
+            return bool(branches) and all(
+                _unreachable(b, walk.fork(), db_seen) for b in branches
+            )
         if is_db_frame(frame):
             if getattr(frame, "sqlstate", None) in TRANSIENT_CONNECT_SQLSTATES:
                 return True
@@ -179,7 +198,7 @@ def _contains_timeout(exc: BaseException, walk: _Walk) -> bool:
         if isinstance(frame, TimeoutError):
             return True
         if isinstance(frame, BaseExceptionGroup):
-            return any(_contains_timeout(b, walk) for b in frame.exceptions)
+            return any(_contains_timeout(b, walk.fork()) for b in frame.exceptions)
     return False
 
 
@@ -216,14 +235,29 @@ def _watch_transient(exc: BaseException, walk: _Walk) -> bool:
             return False
         if isinstance(frame, BaseExceptionGroup):
             branches = frame.exceptions
-            return bool(branches) and all(_watch_transient_branch(b) for b in branches)
+            return bool(branches) and all(
+                _watch_transient_branch(b, walk.fork()) for b in branches
+            )
         if isinstance(frame, QueryProviderStalledError) or _infrastructure_frame(frame):
             return True
     return False
 
 
-def _watch_transient_branch(exc: BaseException) -> bool:
-    return is_transient_connect_fault(exc) or _watch_transient(exc, _Walk())
+def _disposed(exc: BaseException, walk: _Walk) -> bool:
+    for frame in walk.frames(exc):
+        if isinstance(frame, MeshDisposedError):
+            return True
+        if isinstance(frame, BaseExceptionGroup):
+            return any(_disposed(b, walk.fork()) for b in frame.exceptions)
+    return False
+
+
+def _watch_transient_branch(exc: BaseException, walk: _Walk) -> bool:
+    # A disposed mesh anywhere (in the chain or in any group branch) ends the watch: a group with
+    # a disposed branch is not transient in every branch, whatever the one rule says of the rest.
+    if _disposed(exc, walk.fork()):
+        return False
+    return _unreachable(exc, walk.fork(), db_seen=False) or _watch_transient(exc, walk.fork())
 
 
 def is_standing_watch_transient(exc: BaseException | None) -> bool:
@@ -237,9 +271,7 @@ def is_standing_watch_transient(exc: BaseException | None) -> bool:
     """
     if exc is None:
         return False
-    if any(isinstance(f, MeshDisposedError) for f in exception_chain(exc)):
-        return False
-    return _watch_transient_branch(exc)
+    return _watch_transient_branch(exc, _Walk())
 
 
 def _names_no_answer(frame: BaseException) -> bool:
@@ -256,7 +288,7 @@ def _no_answer(exc: BaseException, walk: _Walk) -> bool:
         if _names_no_answer(frame):
             return True
         if isinstance(frame, BaseExceptionGroup):
-            return any(_no_answer(b, walk) for b in frame.exceptions)
+            return any(_no_answer(b, walk.fork()) for b in frame.exceptions)
     return False
 
 

@@ -1,5 +1,35 @@
-"""Pipeable reactivex operators of rxmesh."""
+"""Pipeable reactivex operators of rxmesh: the retry ladder and the standing-watch re-open.
+
+- :func:`retry_transient_connect` (SPEC §2) — ``source.pipe(retry_transient_connect())``:
+  resubscribes a cold source after a transient connect fault, only before its first item, waiting
+  :data:`DEFAULT_RETRY_DELAYS` (0.25 s, 0.5 s, 1.0 s); then the last error surfaces unchanged.
+  An empty ``delays`` is legal and means "never retry".
+- :func:`reopen_on_transient_fault` (SPEC §6) — ``reopen_on_transient_fault(factory)``: a standing
+  watch that calls its factory again after a transient fault, waiting
+  :data:`DEFAULT_REOPEN_BACKOFF` (2, 5, 15, 30, 60 s) for at most
+  :data:`DEFAULT_MAX_CONSECUTIVE_REOPENS` (5) re-opens in a row without an emission.
+
+Both take ``scheduler=``; without one they use the subscription's scheduler, else the running
+asyncio loop, never a thread timer inside an asyncio application. Bad arguments are refused when
+the operator is built (``TypeError``/``ValueError`` naming the argument), not at subscribe time.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from rxmesh.operators._reopen_on_transient_fault import (
+    DEFAULT_MAX_CONSECUTIVE_REOPENS,
+    DEFAULT_REOPEN_BACKOFF,
+    reopen_on_transient_fault,
+)
+from rxmesh.operators._retry_transient_connect import (
+    DEFAULT_RETRY_DELAYS,
+    retry_transient_connect,
+)
+
+__all__ = [
+    "DEFAULT_MAX_CONSECUTIVE_REOPENS",
+    "DEFAULT_REOPEN_BACKOFF",
+    "DEFAULT_RETRY_DELAYS",
+    "reopen_on_transient_fault",
+    "retry_transient_connect",
+]

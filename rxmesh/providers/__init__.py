@@ -1,5 +1,26 @@
-"""Store providers."""
+"""Store providers: the :class:`Store` protocol, the embedded :class:`InMemoryStore` (the default)
+and :class:`PostgresStore` (asyncpg; importing it needs the ``postgres`` extra)."""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import TYPE_CHECKING, Any
+
+from rxmesh.providers._store import DEFAULT_WRITE_WINDOW, Store
+
+if TYPE_CHECKING:
+    from rxmesh.providers.memory import InMemoryStore
+    from rxmesh.providers.postgres import PostgresStore
+
+__all__ = ["DEFAULT_WRITE_WINDOW", "InMemoryStore", "PostgresStore", "Store"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "InMemoryStore":
+        from rxmesh.providers.memory import InMemoryStore
+
+        return InMemoryStore
+    if name == "PostgresStore":
+        from rxmesh.providers.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module 'rxmesh.providers' has no attribute {name!r}")

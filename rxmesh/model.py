@@ -1,0 +1,306 @@
+"""Pydantic models of the mesh: nodes, access, queries, frames and change-feed evidence.
+
+Path rules (one place, used by every layer): a path is ``/``-separated segments of
+``[A-Za-z0-9._-]``; ``.`` and ``..`` are not segments; a segment starting with ``_`` is reserved for
+system records (``<partition>/_access/<user>``, ``<partition>/_owner``); at most
+:data:`MAX_PATH_DEPTH` segments, :data:`MAX_SEGMENT_LENGTH` characters a segment and
+:data:`MAX_PATH_LENGTH` in all. The partition is the first segment; it may not be reserved and is
+at most :data:`MAX_PARTITION_LENGTH` characters (it names a database schema).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+
+from rxmesh.exceptions import InvalidPathError
+
+__all__ = [
+    "MAX_CONTENT_BYTES",
+    "MAX_PARTITION_LENGTH",
+    "MAX_PATH_DEPTH",
+    "MAX_PATH_LENGTH",
+    "MAX_SEGMENT_LENGTH",
+    "NODE_TYPE_NODE_TYPE",
+    "SYSTEM_USER",
+    "AccessContext",
+    "ChangeFeedGap",
+    "CommitAnnounced",
+    "FrameKind",
+    "MeshNode",
+    "NodeChange",
+    "NodeQuery",
+    "NodeStatus",
+    "QueryFrame",
+    "StoreEvidence",
+    "WindowCommitted",
+    "is_reserved_path",
+    "parent_of",
+    "partition_of",
+    "validate_path",
+]
+
+MAX_PATH_LENGTH = 512
+MAX_PATH_DEPTH = 16
+MAX_SEGMENT_LENGTH = 128
+MAX_PARTITION_LENGTH = 48
+MAX_CONTENT_BYTES = 1_000_000
+"""Largest node content accepted, in bytes of its JSON text."""
+
+SYSTEM_USER = "system"
+"""The system identity: it may do anything."""
+
+NODE_TYPE_NODE_TYPE = "NodeType"
+"""The node type of NodeType records (their content defines the fields of a node type)."""
+
+_SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _shown(path: object) -> str:
+    text = repr(path)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def validate_path(path: object, *, allow_reserved: bool = True) -> str:
+    """Return ``path`` if it obeys the path rules, else raise :class:`InvalidPathError` naming it.
+
+    Args:
+        path: the candidate path.
+        allow_reserved: whether ``_``-prefixed (system) segments are accepted below the partition.
+    """
+    if not isinstance(path, str):
+        raise InvalidPathError(f"path {_shown(path)} is not a string", path=None)
+    if not path:
+        raise InvalidPathError("path '' is empty", path=path)
+    if len(path) > MAX_PATH_LENGTH:
+        raise InvalidPathError(
+            f"path {_shown(path)} is {len(path)} characters long; at most {MAX_PATH_LENGTH}",
+            path=path,
+        )
+    segments = path.split("/")
+    if len(segments) > MAX_PATH_DEPTH:
+        raise InvalidPathError(
+            f"path {_shown(path)} has {len(segments)} segments; at most {MAX_PATH_DEPTH}",
+            path=path,
+        )
+    for index, segment in enumerate(segments):
+        if not segment:
+            raise InvalidPathError(f"path {_shown(path)} has an empty segment", path=path)
+        if segment in {".", ".."} or not _SEGMENT.fullmatch(segment):
+            raise InvalidPathError(
+                f"path {_shown(path)}: segment {_shown(segment)} must be made of "
+                "[A-Za-z0-9._-] and not be '.' or '..'",
+                path=path,
+            )
+        if len(segment) > MAX_SEGMENT_LENGTH:
+            raise InvalidPathError(
+                f"path {_shown(path)}: a segment is longer than {MAX_SEGMENT_LENGTH} characters",
+                path=path,
+            )
+        if segment.startswith("_") and (index == 0 or not allow_reserved):
+            raise InvalidPathError(
+                f"path {_shown(path)}: segment {_shown(segment)} is reserved for system records",
+                path=path,
+            )
+    if len(segments[0]) > MAX_PARTITION_LENGTH:
+        raise InvalidPathError(
+            f"path {_shown(path)}: partition name longer than {MAX_PARTITION_LENGTH} characters",
+            path=path,
+        )
+    return path
+
+
+def partition_of(path: str) -> str:
+    """The partition (first segment) of a path."""
+    return path.split("/", 1)[0]
+
+
+def parent_of(path: str) -> str | None:
+    """The parent path, or ``None`` for a partition root."""
+    head, sep, _ = path.rpartition("/")
+    return head if sep else None
+
+
+def is_reserved_path(path: str) -> bool:
+    """Whether any segment of ``path`` is a reserved (``_``-prefixed) system segment."""
+    return any(segment.startswith("_") for segment in path.split("/"))
+
+
+def _check_path(value: str) -> str:
+    return validate_path(value, allow_reserved=True)
+
+
+NodePath = Annotated[str, AfterValidator(_check_path)]
+
+
+class NodeStatus(StrEnum):
+    """Lifecycle of a node row."""
+
+    ACTIVE = "ACTIVE"
+
+
+class MeshNode(BaseModel):
+    """A node of the mesh, as stored.
+
+    ``version`` is 0 until the mesh stamps the node (>= 1 once written); ``request_id`` is the id of
+    the request that created it, kept with the row so an ambiguous commit can be recognised.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: NodePath
+    node_type: str | None = None
+    content: JsonValue = None
+    created_by: str | None = None
+    created_at: datetime | None = None
+    version: int = Field(default=0, ge=0)
+    request_id: str | None = None
+
+    @property
+    def partition(self) -> str:
+        """The node's partition (first path segment)."""
+        return partition_of(self.path)
+
+
+class AccessContext(BaseModel):
+    """Who a request is delivered on behalf of; used to authorise it (and its re-issue)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    user: str = Field(min_length=1, max_length=256)
+    on_behalf_of: str | None = None
+
+    @classmethod
+    def system(cls) -> AccessContext:
+        """The system identity, which may do anything."""
+        return cls(user=SYSTEM_USER)
+
+    @property
+    def is_system(self) -> bool:
+        """Whether this is the system identity."""
+        return self.user == SYSTEM_USER
+
+
+class NodeQuery(BaseModel):
+    """A query for nodes: every node under ``path_prefix`` (optionally of one ``node_type``).
+
+    Frozen and hashable, so it keys the synced-query cache.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    partition: str | None = None
+    path_prefix: str = ""
+    node_type: str | None = None
+
+    def matches(self, node: MeshNode) -> bool:
+        """Whether ``node`` belongs to this query's result."""
+        if self.partition is not None and node.partition != self.partition:
+            return False
+        prefix = self.path_prefix.rstrip("/")
+        if prefix and not (node.path == prefix or node.path.startswith(prefix + "/")):
+            return False
+        return self.node_type is None or node.node_type == self.node_type
+
+
+class FrameKind(StrEnum):
+    """An Initial frame (a snapshot) or a Delta (changes since)."""
+
+    INITIAL = "INITIAL"
+    DELTA = "DELTA"
+
+
+class QueryFrame(BaseModel):
+    """One frame of a live query: the Initial snapshot, then deltas.
+
+    ``silent_providers`` names providers whose Initial was not a real answer (completed without
+    one, or flagged ``snapshot_incomplete``); such a frame is delivered but never cached.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: FrameKind
+    nodes: tuple[MeshNode, ...] = ()
+    removed: tuple[str, ...] = ()
+    silent_providers: tuple[str, ...] = ()
+    snapshot_incomplete: bool = False
+    provider: str | None = None
+
+    @classmethod
+    def initial(
+        cls, nodes: Sequence[MeshNode], *, provider: str | None = None, incomplete: bool = False
+    ) -> QueryFrame:
+        """An Initial frame of ``nodes``, ordered by path."""
+        ordered = tuple(sorted(nodes, key=lambda n: n.path))
+        return cls(
+            kind=FrameKind.INITIAL, nodes=ordered, provider=provider, snapshot_incomplete=incomplete
+        )
+
+    @classmethod
+    def delta(
+        cls,
+        nodes: Sequence[MeshNode] = (),
+        removed: Sequence[str] = (),
+        *,
+        provider: str | None = None,
+    ) -> QueryFrame:
+        """A Delta frame: nodes added or changed, paths removed."""
+        return cls(
+            kind=FrameKind.DELTA, nodes=tuple(nodes), removed=tuple(removed), provider=provider
+        )
+
+
+class NodeChange(BaseModel):
+    """One committed change, as a store's change feed reports it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    op: Literal["upsert", "delete"]
+    path: str
+    version: int = 0
+    node: MeshNode | None = None
+
+
+class ChangeFeedGap(BaseModel):
+    """The change feed was lost and has resumed: changes in between may have been missed.
+
+    Declared only after the listener is back (re-LISTENed), never for the first LISTEN. It is
+    evidence that the store answers again.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    lost_at: datetime
+    resumed_at: datetime
+    reason: str
+
+
+class CommitAnnounced(BaseModel):
+    """The store announced a commit (a NOTIFY arrived): evidence that it answers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    path: str
+    version: int = 0
+
+
+StoreEvidence = ChangeFeedGap | CommitAnnounced
+"""A piece of evidence that the store answers again (SPEC §5.2)."""
+
+
+class WindowCommitted(BaseModel):
+    """One window of a bulk write committed (its own transaction) in one partition."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    partition: str
+    index: int
+    paths: tuple[str, ...]

@@ -1,0 +1,131 @@
+"""Requests, responses and reasons of the node operations (JSON on the wire, pydantic in-process).
+
+:class:`RejectionReason` meanings (SPEC §3):
+
+- ``UNAVAILABLE``: NOT evaluated, nothing written; an availability failure, not a verdict.
+  Re-issuing the same request with the same node id is meaningful.
+- ``NODE_ALREADY_EXISTS``: a node is at that path, written by another request.
+- ``INVALID_PATH``, ``INVALID_NODE_TYPE``, ``VALIDATION_FAILED``: the request is wrong; fix it.
+- ``FORBIDDEN``: the requester holds no grant (a verdict; not "your request was invalid").
+- ``UNKNOWN``: an unexpected failure; the text says what.
+"""
+
+from __future__ import annotations
+
+import uuid
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rxmesh.model import AccessContext, MeshNode
+
+__all__ = [
+    "CreateNodeRequest",
+    "CreateNodeResponse",
+    "CreateNodesRequest",
+    "CreateNodesResponse",
+    "RejectionReason",
+    "Verdict",
+    "new_request_id",
+]
+
+
+def new_request_id() -> str:
+    """A fresh request id (a UUID4 in hex)."""
+    return uuid.uuid4().hex
+
+
+class RejectionReason(StrEnum):
+    """Why a node operation did not succeed (see the module docstring for each meaning)."""
+
+    UNKNOWN = "UNKNOWN"
+    NODE_ALREADY_EXISTS = "NODE_ALREADY_EXISTS"
+    INVALID_NODE_TYPE = "INVALID_NODE_TYPE"
+    INVALID_PATH = "INVALID_PATH"
+    VALIDATION_FAILED = "VALIDATION_FAILED"
+    FORBIDDEN = "FORBIDDEN"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+class Verdict(StrEnum):
+    """How a re-issued pending write settled."""
+
+    LANDED = "LANDED"
+    """The re-issued create went through."""
+    ALREADY_PRESENT = "ALREADY_PRESENT"
+    """Someone (often the caller itself) created the node meanwhile."""
+    DROPPED = "DROPPED"
+    """The re-issue was refused again, for any reason; it is not retried."""
+
+
+class CreateNodeRequest(BaseModel):
+    """Create one node.
+
+    Args:
+        node: the node as requested (its path is its id; keep it when re-issuing).
+        access: who the request is delivered on behalf of; ``None`` means the node's
+            ``created_by`` (or anonymous, which holds no grants).
+        request_id: identifies this request; stored with the row, so an ambiguous commit is
+            recognised as landed. Keep it when re-issuing the same request.
+        reissued_after_unavailable: set by the pending-write recovery; such a request is never
+            recorded again.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: MeshNode
+    access: AccessContext | None = None
+    request_id: str = Field(default_factory=new_request_id, min_length=1, max_length=128)
+    reissued_after_unavailable: bool = False
+
+
+class CreateNodeResponse(BaseModel):
+    """The one answer to a :class:`CreateNodeRequest`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: str
+    success: bool
+    node: MeshNode | None = None
+    rejection_reason: RejectionReason | None = None
+    error: str | None = None
+
+    @classmethod
+    def created(cls, request_id: str, node: MeshNode) -> CreateNodeResponse:
+        """A success answer carrying the stored node."""
+        return cls(request_id=request_id, success=True, node=node)
+
+    @classmethod
+    def fail(cls, request_id: str, reason: RejectionReason, error: str) -> CreateNodeResponse:
+        """A failure answer with its reason and text."""
+        return cls(request_id=request_id, success=False, rejection_reason=reason, error=error)
+
+
+class CreateNodesRequest(BaseModel):
+    """Create many nodes, written in windows (one transaction per window per partition)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nodes: tuple[MeshNode, ...] = Field(min_length=1)
+    access: AccessContext | None = None
+    request_id: str = Field(default_factory=new_request_id, min_length=1, max_length=128)
+    window: int = Field(default=1000, ge=1, le=2000)
+    reissued_after_unavailable: bool = False
+
+
+class CreateNodesResponse(BaseModel):
+    """The one answer to a :class:`CreateNodesRequest`.
+
+    ``created`` lists what this request wrote; ``already_present`` the paths that existed before
+    (skipped, never overwritten); ``not_created`` what was neither (on failure).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: str
+    success: bool
+    created: tuple[MeshNode, ...] = ()
+    already_present: tuple[str, ...] = ()
+    not_created: tuple[MeshNode, ...] = ()
+    rejection_reason: RejectionReason | None = None
+    error: str | None = None

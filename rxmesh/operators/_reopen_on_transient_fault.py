@@ -1,0 +1,170 @@
+"""``reopen_on_transient_fault``: a standing watch is its own caller (SPEC §6).
+
+A one-shot read has a next caller; a standing watch does not. After a transient fault it re-opens
+through its factory (a fresh upstream every time) on a bounded ladder, and only after a transient
+fault: re-reading a defect would only repeat it on a timer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from loguru import logger
+from reactivex import Observable, abc
+from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
+
+from rxmesh._scheduling import resolve_scheduler
+from rxmesh.faults import is_standing_watch_transient
+from rxmesh.operators._retry_transient_connect import require_callable, validate_ladder
+
+__all__ = [
+    "DEFAULT_MAX_CONSECUTIVE_REOPENS",
+    "DEFAULT_REOPEN_BACKOFF",
+    "reopen_on_transient_fault",
+]
+
+_T = TypeVar("_T")
+
+DEFAULT_REOPEN_BACKOFF: tuple[float, ...] = (2, 5, 15, 30, 60)
+"""Seconds waited before the n-th consecutive re-open (the last step repeats if allowed)."""
+
+DEFAULT_MAX_CONSECUTIVE_REOPENS = 5
+"""Re-opens in a row without an emission; with the defaults a dead store surfaces after 112 s."""
+
+OnReopen = Callable[[BaseException, int, float], object]
+"""``on_reopen(fault, n, delay)``: ``n`` is the consecutive re-open about to be waited for."""
+
+
+def reopen_on_transient_fault(
+    open: Callable[[], Observable[_T]],  # the SPEC's name for the factory
+    *,
+    backoff: Sequence[float] = DEFAULT_REOPEN_BACKOFF,
+    max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
+    is_transient: Callable[[BaseException], bool] = is_standing_watch_transient,
+    on_reopen: OnReopen | None = None,
+    scheduler: abc.SchedulerBase | None = None,
+) -> Observable[_T]:
+    """A standing watch over ``open()`` that re-opens after a transient fault, and only then.
+
+    ``open`` is called at subscribe and again for every re-open, so each re-open reads a fresh
+    upstream (a factory handing back one cached observable that latched the fault defeats this).
+    On a fault ``f``: ``n = (0 if this opening emitted anything else the previous n) + 1``. If
+    ``not is_transient(f)`` or ``n > max_consecutive`` the watch ends with ``f`` unchanged (the
+    same object). Otherwise ``on_reopen(f, n, delay)`` runs BEFORE waiting
+    ``delay = backoff[min(n, len(backoff)) - 1]``, then the factory is called again. Completion
+    completes the watch; disposal cancels a pending backoff. A factory that raises counts as a
+    fault of that opening and is judged the same way.
+
+    Args:
+        open: the factory of the watched observable.
+        backoff: seconds before the 1st, 2nd, ... consecutive re-open; must not be empty.
+        max_consecutive: re-opens allowed in a row without an emission (0 = never re-open).
+        is_transient: the classifier; :func:`rxmesh.faults.is_standing_watch_transient`.
+        on_reopen: called as ``on_reopen(fault, n, delay)`` before each wait; the owner records
+            the interruption on its health registry there. A WARNING is logged too.
+        scheduler: where the backoff timers run; else the subscription's scheduler, else the
+            running asyncio loop, else a thread timer (see :mod:`rxmesh._scheduling`).
+
+    Raises:
+        TypeError: a non-callable ``open``/``is_transient``/``on_reopen``, a non-int
+            ``max_consecutive``, or ``backoff`` not numbers.
+        ValueError: an empty ``backoff``, a negative or non-finite delay, ``max_consecutive < 0``.
+
+    Example:
+        >>> import reactivex
+        >>> from rxmesh.operators import reopen_on_transient_fault
+        >>> reopen_on_transient_fault(lambda: reactivex.of("census")).run()
+        'census'
+    """
+    require_callable("open", open)
+    ladder = validate_ladder("backoff", backoff, allow_empty=False)
+    if isinstance(max_consecutive, bool) or not isinstance(max_consecutive, int):
+        raise TypeError(f"max_consecutive must be an int, got {type(max_consecutive).__name__}")
+    if max_consecutive < 0:
+        raise ValueError(f"max_consecutive must be >= 0, got {max_consecutive}")
+    require_callable("is_transient", is_transient)
+    require_callable("on_reopen", on_reopen, optional=True)
+    last_step = len(ladder)
+
+    def subscribe(
+        observer: abc.ObserverBase[_T], subscribe_scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        # Per-subscription state: each watch has its own count and its own "emitted" flag.
+        consecutive = 0
+        emitted = False  # by the current opening
+        disposed = False
+        upstream = SerialDisposable()
+        timer = SerialDisposable()
+        forward_next = observer.on_next
+
+        def on_next(value: _T) -> None:
+            nonlocal emitted
+            emitted = True
+            forward_next(value)
+
+        def on_error(fault: Exception) -> None:
+            nonlocal consecutive
+            if disposed:
+                return
+            consecutive = (0 if emitted else consecutive) + 1
+            if not is_transient(fault):
+                observer.on_error(fault)
+                return
+            fault_type = type(fault).__name__
+            if consecutive > max_consecutive:
+                logger.bind(reopens=consecutive - 1, error_type=fault_type).error(
+                    "{} ended the standing watch: {} consecutive re-open(s) read nothing ({})",
+                    fault_type,
+                    consecutive - 1,
+                    fault,
+                )
+                observer.on_error(fault)
+                return
+            delay = ladder[min(consecutive, last_step) - 1]
+            logger.bind(
+                reopen=consecutive, max_reopens=max_consecutive, delay=delay, error_type=fault_type
+            ).warning(
+                "{} interrupted the standing watch subscription — re-opening ({}/{}) in {}s",
+                fault_type,
+                consecutive,
+                max_consecutive,
+                f"{delay:g}",
+            )
+            if on_reopen is not None:
+                on_reopen(fault, consecutive, delay)
+            if disposed:  # on_reopen may have disposed the watch
+                return
+            when = resolve_scheduler(scheduler, subscribe_scheduler)
+            timer.disposable = when.schedule_relative(delay, reopen)
+
+        def reopen(_: abc.SchedulerBase, __: Any = None) -> None:
+            if not disposed:
+                open_once()
+
+        def open_once() -> None:
+            nonlocal emitted
+            emitted = False
+            try:
+                source = open()
+                if not isinstance(source, abc.ObservableBase):
+                    raise TypeError(
+                        f"open() must return an observable, got {type(source).__name__}"
+                    )
+            except Exception as exc:  # noqa: BLE001 - not swallowed: a fault of this opening, judged
+                on_error(exc)
+                return
+            upstream.disposable = source.subscribe(
+                on_next, on_error, observer.on_completed, scheduler=subscribe_scheduler
+            )
+
+        def dispose() -> None:
+            nonlocal disposed
+            disposed = True
+
+        # ``disposed`` is set first, so a timer racing the disposal never re-opens.
+        subscription = CompositeDisposable(Disposable(dispose), timer, upstream)
+        open_once()
+        return subscription
+
+    return Observable(subscribe)

@@ -1,0 +1,105 @@
+"""The ``Store`` protocol every provider implements.
+
+Every method returns a COLD observable: nothing happens until it is subscribed, and every
+subscription runs the work again (so ``retry_transient_connect`` really retries). ``changes``,
+``gaps`` and ``answers_again`` are hot streams of what the store reports.
+
+Fault contract: a read returns ``None`` ONLY for a clean absence (including "the partition's
+schema does not exist yet"); every fault propagates as an error, never as ``None``. Driver and
+network failures are mapped at the provider's boundary to :class:`~rxmesh.exceptions.StoreError`
+with the right ``sqlstate`` and ``raise ... from exc``, so :mod:`rxmesh.faults` classifies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from reactivex import Observable
+
+from rxmesh.model import (
+    ChangeFeedGap,
+    MeshNode,
+    NodeChange,
+    NodeQuery,
+    QueryFrame,
+    StoreEvidence,
+    WindowCommitted,
+)
+
+__all__ = ["DEFAULT_WRITE_WINDOW", "Store"]
+
+DEFAULT_WRITE_WINDOW = 1000
+"""Rows per bulk-write window (one transaction each)."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A place nodes live. See the module docstring for the contract."""
+
+    @property
+    def name(self) -> str:
+        """A printable name for logs and answers, e.g. ``"postgres@127.0.0.1:5432/test"``."""
+        ...
+
+    def read(self, path: str) -> Observable[MeshNode | None]:
+        """The node at ``path``, or ``None`` for a clean absence; faults propagate."""
+        ...
+
+    def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
+        """The nodes present among ``paths`` (absent paths are missing from the dict)."""
+        ...
+
+    def write(self, node: MeshNode) -> Observable[MeshNode]:
+        """Insert ``node`` if its path is free and emit the stored row.
+
+        If a row already exists with the SAME ``request_id`` (an ambiguous commit that did land),
+        the existing row is emitted as if written now. A row with another request id errors with
+        :class:`~rxmesh.exceptions.StoreConflictError`. Never overwrites.
+        """
+        ...
+
+    def write_many(
+        self, nodes: Sequence[MeshNode], window: int = DEFAULT_WRITE_WINDOW
+    ) -> Observable[WindowCommitted]:
+        """Insert ``nodes`` in windows: one transaction per window per partition.
+
+        Emits one :class:`WindowCommitted` per committed window, in order; a failing window ends
+        the stream with its error (earlier windows stay committed). Rows whose path is taken are
+        skipped (``ON CONFLICT DO NOTHING``) and are not listed in ``paths``.
+        """
+        ...
+
+    def update(self, node: MeshNode) -> Observable[MeshNode | None]:
+        """Replace the content/type of an existing node (version + 1); ``None`` if absent."""
+        ...
+
+    def delete(self, path: str) -> Observable[bool]:
+        """Delete the node at ``path`` (not its children); ``False`` if it was absent."""
+        ...
+
+    def move(self, source: str, target: str) -> Observable[MeshNode | None]:
+        """Move a node to a free path in one transaction; ``None`` if ``source`` is absent.
+
+        A taken target errors with :class:`~rxmesh.exceptions.StoreConflictError`.
+        """
+        ...
+
+    def query(self, query: NodeQuery) -> Observable[QueryFrame]:
+        """One Initial frame (every match), then a Delta per committed change that matches."""
+        ...
+
+    @property
+    def changes(self) -> Observable[NodeChange]:
+        """Hot stream of committed changes, as the change feed reports them."""
+        ...
+
+    @property
+    def gaps(self) -> Observable[ChangeFeedGap]:
+        """Hot stream of declared change-feed gaps (the feed was lost and has resumed)."""
+        ...
+
+    @property
+    def answers_again(self) -> Observable[StoreEvidence]:
+        """Hot stream of evidence that the store answers: gaps declared and commits announced."""
+        ...
