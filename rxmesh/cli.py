@@ -1,0 +1,119 @@
+"""The ``rxmesh`` command line: ``python -m rxmesh <command> ...`` or the ``rxmesh`` script.
+
+Each subcommand is ONE function that registers its parser and sets ``run`` (a function of the
+parsed namespace returning the exit code); :data:`COMMANDS` lists them. To add ``drill`` or
+``import``, write ``add_drill(subparsers)`` and append it to :data:`COMMANDS`.
+
+The CLI is an application, so it enables rxmesh's logging (``logger.enable("rxmesh")``) and adds a
+stderr sink for rxmesh records while it runs; both are undone when :func:`main` returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TypeAlias
+
+from loguru import logger
+
+from rxmesh.diagnosis import (
+    DEFAULT_ADJACENT_SECONDS,
+    DEFAULT_SHADOW_SECONDS,
+    format_triage,
+    triage,
+)
+
+__all__ = ["COMMANDS", "Subparsers", "add_triage", "main"]
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""What a subcommand's registration function receives."""
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds, got {text!r}")
+    return value
+
+
+def _run_triage(args: argparse.Namespace) -> int:
+    path: str = args.log
+    shadow: float = args.shadow
+    adjacent: float = args.adjacent
+    if path == "-":
+        report = triage(sys.stdin, shadow=shadow, adjacent=adjacent)
+    else:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                report = triage(handle, shadow=shadow, adjacent=adjacent)
+        except OSError as exc:
+            print(f"rxmesh triage: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    print(format_triage(report))
+    return 0
+
+
+def add_triage(subparsers: Subparsers) -> None:
+    """``triage LOG [--shadow 5] [--adjacent 0.1]``: do timeouts cluster after loop stalls?"""
+    parser = subparsers.add_parser(
+        "triage",
+        help="read a serialized loguru log: do store-unreachable events follow loop stalls?",
+        description=(
+            "Reads a JSON-lines log as loguru writes it with serialize=True and prints the window, "
+            "the store-unreachable events and loop stalls, the share of events right after a "
+            "stall and within its shadow, the share of time the shadows cover, the enrichment, "
+            "and a one-line reading. See docs/diagnosis.md."
+        ),
+    )
+    parser.add_argument("log", metavar="LOG", help="the log file ('-' for standard input)")
+    parser.add_argument(
+        "--shadow",
+        type=_non_negative,
+        default=DEFAULT_SHADOW_SECONDS,
+        help="seconds after a stall's end that still count as its shadow (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--adjacent",
+        type=_non_negative,
+        default=DEFAULT_ADJACENT_SECONDS,
+        help="seconds after a stall's end that count as right after it (default: %(default)s)",
+    )
+    parser.set_defaults(run=_run_triage)
+
+
+COMMANDS: tuple[Callable[[Subparsers], None], ...] = (add_triage,)
+"""The subcommands' registration functions, in the order ``--help`` lists them."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rxmesh", description="rxmesh tools: diagnosis, drills, imports."
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", help="level of rxmesh's own log on stderr (default: INFO)"
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for register in COMMANDS:
+        register(subparsers)
+    return parser
+
+
+@contextmanager
+def _logging(level: str) -> Iterator[None]:
+    logger.enable("rxmesh")
+    sink = logger.add(sys.stderr, level=level.upper(), filter="rxmesh", format="{level}: {message}")
+    try:
+        yield
+    finally:
+        logger.remove(sink)
+        logger.disable("rxmesh")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    args = _parser().parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = args.run
+    with _logging(args.log_level):
+        return run(args)

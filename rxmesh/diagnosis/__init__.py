@@ -1,0 +1,83 @@
+"""Honest diagnosis: whose side stalled when the store could not be reached (SPEC §10).
+
+A connect timeout is wall-clock; it fires just the same when THIS process stalled (a blocked event
+loop, a long GC pause). So:
+
+- :class:`LoopStallMonitor` ticks on the event loop and records stalls (WARNING "event loop stalled
+  for 3.2 s (gc 0.4 s)", ``extra.event == "loop_stall"``);
+- :func:`stall_adjacency` answers "did a stall end within the 5 s shadow before now?", and
+  :func:`report_store_unreachable` logs every store-unreachable fault at ERROR with that answer
+  appended ("this process's event loop stalled 3.2 s, ending 0.3 s before this fault — check this
+  process before the database") and bound as fields;
+- :func:`triage` (``python -m rxmesh triage LOG``) reads a serialized loguru log and says whether
+  the timeouts cluster after stalls or are spread evenly.
+
+The log field names (:data:`EVENT_STORE_UNREACHABLE`, :data:`EVENT_LOOP_STALL`, ...) are a contract
+with every log already written; see docs/diagnosis.md.
+"""
+
+from __future__ import annotations
+
+from rxmesh.diagnosis._adjacency import (
+    StallAdjacency,
+    StoreUnreachableReport,
+    report_store_unreachable,
+    stall_adjacency,
+    with_stall_adjacency,
+)
+from rxmesh.diagnosis._fields import (
+    DEFAULT_ADJACENT_SECONDS,
+    DEFAULT_HISTORY,
+    DEFAULT_LATE_THRESHOLD_SECONDS,
+    DEFAULT_SHADOW_SECONDS,
+    DEFAULT_TICK_SECONDS,
+    EVENT_LOOP_STALL,
+    EVENT_STORE_UNREACHABLE,
+    FIELD_EVENT,
+    FIELD_STALL_ENDED_BEFORE_SECONDS,
+    FIELD_STALL_GC_SECONDS,
+    FIELD_STALL_SECONDS,
+)
+from rxmesh.diagnosis._monitor import (
+    LoopStall,
+    LoopStallMonitor,
+    LoopStallStatistics,
+    active_monitors,
+)
+from rxmesh.diagnosis._triage import (
+    ENRICHMENT_THRESHOLD,
+    SHARE_THRESHOLD,
+    MalformedLine,
+    TriageReport,
+    format_triage,
+    triage,
+)
+
+__all__ = [
+    "DEFAULT_ADJACENT_SECONDS",
+    "DEFAULT_HISTORY",
+    "DEFAULT_LATE_THRESHOLD_SECONDS",
+    "DEFAULT_SHADOW_SECONDS",
+    "DEFAULT_TICK_SECONDS",
+    "ENRICHMENT_THRESHOLD",
+    "EVENT_LOOP_STALL",
+    "EVENT_STORE_UNREACHABLE",
+    "FIELD_EVENT",
+    "FIELD_STALL_ENDED_BEFORE_SECONDS",
+    "FIELD_STALL_GC_SECONDS",
+    "FIELD_STALL_SECONDS",
+    "SHARE_THRESHOLD",
+    "LoopStall",
+    "LoopStallMonitor",
+    "LoopStallStatistics",
+    "MalformedLine",
+    "StallAdjacency",
+    "StoreUnreachableReport",
+    "TriageReport",
+    "active_monitors",
+    "format_triage",
+    "report_store_unreachable",
+    "stall_adjacency",
+    "triage",
+    "with_stall_adjacency",
+]
