@@ -1,0 +1,490 @@
+"""``InMemoryStore``: the embedded default store, the ``MockTransport`` of rxmesh.
+
+Same contract as the real store (see :mod:`rxmesh.providers._store`), with no network and no set-up:
+cold observables that redo their work on every subscription (so a retry really retries), ``None``
+only for a clean absence, insert-if-absent writes that recognise their own ``request_id``, bulk
+writes in windows per partition, live queries (an Initial, then a Delta per matching commit), and
+the hot ``changes`` / ``gaps`` / ``answers_again`` streams.
+
+Emission is synchronous at subscription time (still lazy: nothing happens before ``subscribe``).
+Mutations hold a lock; streams are fed after it is released. Stamping (``created_by``,
+``created_at``) is the mesh's job: the store keeps what it is given, except ``version``: a write
+stores ``max(1, node.version)``; ``update`` and ``move`` bump it by one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import NamedTuple, TypeVar
+
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
+from reactivex.subject import Subject
+
+from rxmesh.exceptions import StoreConflictError
+from rxmesh.model import (
+    ChangeFeedGap,
+    CommitAnnounced,
+    MeshNode,
+    NodeChange,
+    NodeQuery,
+    QueryFrame,
+    StoreEvidence,
+    WindowCommitted,
+    partition_of,
+)
+from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
+
+__all__ = ["InMemoryStore", "InMemoryStoreStatistics", "WriteAttempt"]
+
+_T = TypeVar("_T")
+
+
+class WriteAttempt(NamedTuple):
+    """One write-type operation attempted on the store: ``(op, path)``.
+
+    ``op`` is ``"write"``, ``"write_many"`` (one entry per node), ``"update"``, ``"delete"`` or
+    ``"move"`` (two entries: the source path, then the target path).
+    """
+
+    op: str
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class InMemoryStoreStatistics:
+    """A snapshot of an :class:`InMemoryStore`'s state and counters."""
+
+    partitions: int
+    nodes: int
+    reads: int
+    writes_attempted: int
+    conflicts: int
+    windows_committed: int
+    changes_published: int
+    gaps_declared: int
+    live_queries: int
+
+
+def hot(subject: Subject[_T]) -> Observable[_T]:
+    """A read-only view of a subject: subscribers see what it publishes from now on."""
+
+    def subscribe(
+        observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        return subject.subscribe(observer, scheduler=scheduler)
+
+    return Observable(subscribe)
+
+
+def cold(work: Callable[[], _T]) -> Observable[_T]:
+    """A cold observable that runs ``work()`` anew for each subscription and emits its result.
+
+    An exception raised by ``work`` is delivered as ``on_error`` (unchanged), never swallowed.
+    """
+
+    def subscribe(
+        observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        try:
+            value = work()
+        except Exception as exc:  # noqa: BLE001 - forwarded to the observer unchanged
+            observer.on_error(exc)
+            return Disposable()
+        observer.on_next(value)
+        observer.on_completed()
+        return Disposable()
+
+    return Observable(subscribe)
+
+
+class InMemoryStore:
+    """The embedded store: a dict per partition, a change feed, announced commits.
+
+    Args:
+        name: the printable name used in logs, frames and evidence (``"memory"``).
+
+    Attributes:
+        write_log: every write-type operation attempted, as :class:`WriteAttempt` entries, in order
+            (including the ones that were refused with a conflict).
+
+    Example:
+        >>> store = InMemoryStore()
+        >>> node = MeshNode(path="p/a", node_type="Note", content={"text": "hi"})
+        >>> rows = []
+        >>> _ = store.write(node).subscribe(rows.append)
+        >>> rows[0].version
+        1
+    """
+
+    def __init__(self, name: str = "memory") -> None:
+        self._name = name
+        self._lock = threading.RLock()
+        self._partitions: dict[str, dict[str, MeshNode]] = {}
+        self._commits: Subject[tuple[NodeChange, ...]] = Subject()
+        self._changes: Subject[NodeChange] = Subject()
+        self._gaps: Subject[ChangeFeedGap] = Subject()
+        self._answers: Subject[StoreEvidence] = Subject()
+        self.write_log: list[WriteAttempt] = []
+        self._reads = 0
+        self._conflicts = 0
+        self._windows = 0
+        self._published = 0
+        self._gaps_declared = 0
+        self._live_queries = 0
+
+    # -- introspection ------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The printable name of this store."""
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"InMemoryStore(name={self._name!r})"
+
+    def statistics(self) -> InMemoryStoreStatistics:
+        """Counters and sizes, as a frozen snapshot."""
+        with self._lock:
+            return InMemoryStoreStatistics(
+                partitions=len(self._partitions),
+                nodes=sum(len(rows) for rows in self._partitions.values()),
+                reads=self._reads,
+                writes_attempted=len(self.write_log),
+                conflicts=self._conflicts,
+                windows_committed=self._windows,
+                changes_published=self._published,
+                gaps_declared=self._gaps_declared,
+                live_queries=self._live_queries,
+            )
+
+    def nodes(self, partition: str | None = None) -> list[MeshNode]:
+        """Every stored node (of one partition, or all), ordered by path. Not an observable."""
+        with self._lock:
+            rows = [
+                node
+                for name, table in self._partitions.items()
+                if partition is None or name == partition
+                for node in table.values()
+            ]
+        return sorted(rows, key=lambda n: n.path)
+
+    # -- hot streams --------------------------------------------------------------------------
+
+    @property
+    def changes(self) -> Observable[NodeChange]:
+        """Hot stream of committed changes (one :class:`NodeChange` per row changed)."""
+        return hot(self._changes)
+
+    @property
+    def gaps(self) -> Observable[ChangeFeedGap]:
+        """Hot stream of declared change-feed gaps (only :meth:`declare_gap` declares one)."""
+        return hot(self._gaps)
+
+    @property
+    def answers_again(self) -> Observable[StoreEvidence]:
+        """Hot stream of evidence: a :class:`CommitAnnounced` per committed row change, and every
+        declared :class:`ChangeFeedGap`."""
+        return hot(self._answers)
+
+    def declare_gap(
+        self, reason: str = "declared", *, lost_at: datetime | None = None
+    ) -> ChangeFeedGap:
+        """Publish a :class:`ChangeFeedGap` on ``gaps`` and ``answers_again`` and return it.
+
+        The in-memory feed never loses anything, so live queries have nothing to re-read; this
+        exists so tests and drills can hand dependents the evidence a real store would.
+        """
+        now = datetime.now(UTC)
+        gap = ChangeFeedGap(
+            source=self._name, lost_at=lost_at or now, resumed_at=now, reason=reason
+        )
+        with self._lock:
+            self._gaps_declared += 1
+        self._gaps.on_next(gap)
+        self._answers.on_next(gap)
+        return gap
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def _get(self, path: str) -> MeshNode | None:
+        table = self._partitions.get(partition_of(path))
+        return None if table is None else table.get(path)
+
+    def read(self, path: str) -> Observable[MeshNode | None]:
+        """The node at ``path``; ``None`` if absent (including a partition never written)."""
+
+        def work() -> MeshNode | None:
+            with self._lock:
+                self._reads += 1
+                return self._get(path)
+
+        return cold(work)
+
+    def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
+        """The nodes present among ``paths``; absent paths are missing from the dict."""
+        wanted = tuple(paths)
+
+        def work() -> dict[str, MeshNode]:
+            with self._lock:
+                self._reads += 1
+                found = {path: self._get(path) for path in wanted}
+            return {path: node for path, node in found.items() if node is not None}
+
+        return cold(work)
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def _publish(self, changes: Sequence[NodeChange]) -> None:
+        if not changes:
+            return
+        batch = tuple(changes)
+        with self._lock:
+            self._published += len(batch)
+        self._commits.on_next(batch)
+        for change in batch:
+            self._changes.on_next(change)
+        for change in batch:
+            self._answers.on_next(
+                CommitAnnounced(source=self._name, path=change.path, version=change.version)
+            )
+
+    def _upsert(self, node: MeshNode) -> NodeChange:
+        self._partitions.setdefault(node.partition, {})[node.path] = node
+        return NodeChange(
+            source=self._name, op="upsert", path=node.path, version=node.version, node=node
+        )
+
+    def _conflict(self, path: str, existing: MeshNode, what: str) -> StoreConflictError:
+        self._conflicts += 1
+        return StoreConflictError(
+            f"{what}: a row is already at '{path}' (request {existing.request_id!r}) "
+            f"in store '{self._name}'",
+            path=path,
+            existing_request_id=existing.request_id,
+            store=self._name,
+        )
+
+    def write(self, node: MeshNode) -> Observable[MeshNode]:
+        """Insert ``node`` if its path is free; the same ``request_id`` finds its own row.
+
+        Emits the stored row (``version = max(1, node.version)``). A row written by another
+        request (or with no request id) errors with :class:`StoreConflictError`.
+        """
+
+        def work() -> MeshNode:
+            with self._lock:
+                self.write_log.append(WriteAttempt("write", node.path))
+                existing = self._get(node.path)
+                if existing is not None:
+                    if node.request_id is not None and existing.request_id == node.request_id:
+                        return existing  # an ambiguous commit that did land: not a new commit
+                    raise self._conflict(node.path, existing, "write refused")
+                stored = node.model_copy(update={"version": max(1, node.version)})
+                change = self._upsert(stored)
+            self._publish([change])
+            return stored
+
+        return cold(work)
+
+    def write_many(
+        self, nodes: Sequence[MeshNode], window: int = DEFAULT_WRITE_WINDOW
+    ) -> Observable[WindowCommitted]:
+        """Insert ``nodes`` in windows of at most ``window`` rows, one partition per window.
+
+        Partitions are written in the order they first appear; ``WindowCommitted.index`` counts
+        the windows of its partition from 0. Rows whose path is taken (also by an earlier row of
+        the same call) are skipped and not listed. A window whose rows were all skipped still
+        commits (with no paths).
+
+        Raises:
+            ValueError: ``window`` is smaller than 1 (at call time: a programming error).
+        """
+        if window < 1:
+            raise ValueError(f"window must be at least 1 row, got {window!r}")
+        batch = tuple(nodes)
+
+        def subscribe(
+            observer: abc.ObserverBase[WindowCommitted],
+            scheduler: abc.SchedulerBase | None = None,
+        ) -> abc.DisposableBase:
+            by_partition: dict[str, list[MeshNode]] = {}
+            for node in batch:
+                by_partition.setdefault(node.partition, []).append(node)
+            for partition, rows in by_partition.items():
+                for index, start in enumerate(range(0, len(rows), window)):
+                    committed = self._commit_window(rows[start : start + window])
+                    observer.on_next(
+                        WindowCommitted(
+                            partition=partition,
+                            index=index,
+                            paths=tuple(c.path for c in committed),
+                        )
+                    )
+            observer.on_completed()
+            return Disposable()
+
+        return Observable(subscribe)
+
+    def _commit_window(self, rows: Sequence[MeshNode]) -> list[NodeChange]:
+        with self._lock:
+            changes: list[NodeChange] = []
+            for node in rows:
+                self.write_log.append(WriteAttempt("write_many", node.path))
+                if self._get(node.path) is not None:
+                    continue
+                stored = node.model_copy(update={"version": max(1, node.version)})
+                changes.append(self._upsert(stored))
+            self._windows += 1
+        self._publish(changes)
+        return changes
+
+    def update(self, node: MeshNode) -> Observable[MeshNode | None]:
+        """Replace the type and content of the node at ``node.path`` (version + 1).
+
+        Keeps the stored ``created_by``, ``created_at`` and ``request_id``; ``None`` if absent.
+        """
+
+        def work() -> MeshNode | None:
+            with self._lock:
+                self.write_log.append(WriteAttempt("update", node.path))
+                existing = self._get(node.path)
+                if existing is None:
+                    return None
+                stored = existing.model_copy(
+                    update={
+                        "node_type": node.node_type,
+                        "content": node.content,
+                        "version": existing.version + 1,
+                    }
+                )
+                change = self._upsert(stored)
+            self._publish([change])
+            return stored
+
+        return cold(work)
+
+    def delete(self, path: str) -> Observable[bool]:
+        """Delete the node at ``path`` (not its children); ``False`` if it was absent."""
+
+        def work() -> bool:
+            with self._lock:
+                self.write_log.append(WriteAttempt("delete", path))
+                table = self._partitions.get(partition_of(path))
+                existing = None if table is None else table.pop(path, None)
+            if existing is None:
+                return False
+            self._publish(
+                [NodeChange(source=self._name, op="delete", path=path, version=existing.version)]
+            )
+            return True
+
+        return cold(work)
+
+    def move(self, source: str, target: str) -> Observable[MeshNode | None]:
+        """Move the node at ``source`` to the free path ``target`` (version + 1), atomically.
+
+        ``None`` if ``source`` is absent; a taken ``target`` errors with
+        :class:`StoreConflictError` and changes nothing. Children do not move.
+        """
+
+        def work() -> MeshNode | None:
+            with self._lock:
+                self.write_log.append(WriteAttempt("move", source))
+                self.write_log.append(WriteAttempt("move", target))
+                existing = self._get(source)
+                if existing is None:
+                    return None
+                taken = self._get(target)
+                if taken is not None:
+                    raise self._conflict(target, taken, f"move of '{source}' refused")
+                del self._partitions[partition_of(source)][source]
+                moved = existing.model_copy(
+                    update={"path": target, "version": existing.version + 1}
+                )
+                removal = NodeChange(
+                    source=self._name, op="delete", path=source, version=existing.version
+                )
+                change = self._upsert(moved)
+            self._publish([removal, change])
+            return moved
+
+        return cold(work)
+
+    # -- live queries -------------------------------------------------------------------------
+
+    def _snapshot(self, query: NodeQuery) -> list[MeshNode]:
+        with self._lock:
+            self._reads += 1
+            return [
+                node
+                for name, table in self._partitions.items()
+                if query.partition is None or name == query.partition
+                for node in table.values()
+                if query.matches(node)
+            ]
+
+    def query(self, query: NodeQuery) -> Observable[QueryFrame]:
+        """An Initial frame (every match, ordered by path), then one Delta per commit that
+        changes the result (rows now matching in ``nodes``, rows no longer matching in
+        ``removed``). A move inside the result is one Delta. Never completes by itself."""
+
+        def subscribe(
+            observer: abc.ObserverBase[QueryFrame], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            view: dict[str, MeshNode] = {}
+            backlog: list[tuple[NodeChange, ...]] | None = []
+
+            def apply(batch: tuple[NodeChange, ...]) -> None:
+                upserts: dict[str, MeshNode] = {}
+                removed: list[str] = []
+                for change in batch:
+                    node = change.node
+                    if change.op == "upsert" and node is not None and query.matches(node):
+                        view[node.path] = node
+                        upserts[node.path] = node
+                        if node.path in removed:
+                            removed.remove(node.path)
+                    elif change.path in view:
+                        del view[change.path]
+                        upserts.pop(change.path, None)
+                        removed.append(change.path)
+                if upserts or removed:
+                    observer.on_next(
+                        QueryFrame.delta(list(upserts.values()), removed, provider=self._name)
+                    )
+
+            def on_commit(batch: tuple[NodeChange, ...]) -> None:
+                if backlog is not None:
+                    backlog.append(batch)
+                else:
+                    apply(batch)
+
+            # Listen first, then snapshot: a commit during the Initial is applied after it.
+            subscription = self._commits.subscribe(on_commit)
+            try:
+                snapshot = self._snapshot(query)
+            except Exception as exc:  # noqa: BLE001 - forwarded to the observer unchanged
+                subscription.dispose()
+                observer.on_error(exc)
+                return Disposable()
+            with self._lock:
+                self._live_queries += 1
+            view.update((node.path, node) for node in snapshot)
+            observer.on_next(QueryFrame.initial(snapshot, provider=self._name))
+            pending: list[tuple[NodeChange, ...]] = backlog or []
+            backlog = None
+            for batch in pending:
+                apply(batch)
+
+            def dispose() -> None:
+                subscription.dispose()
+                with self._lock:
+                    self._live_queries -= 1
+
+            return Disposable(dispose)
+
+        return Observable(subscribe)
