@@ -1,0 +1,150 @@
+"""Type-only exercise of the public API of rxmesh.faults and rxmesh.exceptions (checked by mypy).
+
+Never imported by the test suite; ``mypy`` (no arguments) checks it through pyproject's
+``[tool.mypy] files``. Every call uses the types the API promises, so a signature change that
+would break a user's code breaks this file first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+
+from rxmesh.exceptions import (
+    BuildCoordinationUnreachableError,
+    DeliveryErrorType,
+    DeliveryFailure,
+    InvalidNodeTypeError,
+    InvalidPathError,
+    MeshDisposedError,
+    NodeAccessDeniedError,
+    NodeExistsError,
+    NodeOperationError,
+    NodeValidationError,
+    QueryProviderStalledError,
+    RxMeshError,
+    StoreError,
+    StorePoolExhaustedError,
+    StoreUnavailableError,
+)
+from rxmesh.faults import (
+    MAX_CHAIN_FRAMES,
+    NO_ANSWER_IN_TIME_PHRASES,
+    TRANSIENT_CONNECT_SQLSTATES,
+    describe_may_have_partially_landed,
+    describe_not_attempted,
+    exception_chain,
+    is_cooperative_cancellation,
+    is_db_frame,
+    is_no_answer_in_time,
+    is_standing_watch_transient,
+    is_store_unreachable,
+    is_transient_connect_fault,
+)
+
+Classifier = Callable[[BaseException | None], bool]
+
+# Every classifier has the one signature, so any of them plugs into a `should_retry=` or
+# `is_transient=` hook.
+classifiers: tuple[Classifier, ...] = (
+    is_transient_connect_fault,
+    is_store_unreachable,
+    is_cooperative_cancellation,
+    is_standing_watch_transient,
+    is_no_answer_in_time,
+)
+
+sqlstates: frozenset[str] = TRANSIENT_CONNECT_SQLSTATES
+cap: int = MAX_CHAIN_FRAMES
+phrases: tuple[str, ...] = NO_ANSWER_IN_TIME_PHRASES
+
+
+def answer_text(path: str, write_started: bool) -> str:
+    operation = f"Node creation at {path!r}"
+    if write_started:
+        return describe_may_have_partially_landed(operation)
+    return describe_not_attempted(operation)
+
+
+def classify(exc: BaseException | None) -> str:
+    if is_store_unreachable(exc):
+        return "UNAVAILABLE"
+    if is_cooperative_cancellation(exc):
+        return "CANCELLED"
+    if is_no_answer_in_time(exc):
+        return "NO_ANSWER"
+    return "WATCH_TRANSIENT" if is_standing_watch_transient(exc) else "UNKNOWN"
+
+
+def frames_of(exc: BaseException) -> list[BaseException]:
+    chain: Iterator[BaseException] = exception_chain(exc)
+    return [frame for frame in chain if is_db_frame(frame)]
+
+
+def build_exceptions() -> list[BaseException]:
+    store = StoreError(
+        "store 'postgres@db:5432' unreachable",
+        sqlstate="08006",
+        store="postgres@db:5432",
+        transient=True,
+        may_have_run=False,
+    )
+    sqlstate: str | None = store.sqlstate
+    transient: bool = store.transient
+    may_have_run: bool | None = store.may_have_run
+    store_name: str | None = store.store
+
+    pool = StorePoolExhaustedError("this process's pool had no free connection")
+    stalled = QueryProviderStalledError(["postgres@db:5432"], 15.0, "NodeType census")
+    providers: tuple[str, ...] = stalled.providers
+    budget: float = stalled.budget
+
+    nack = DeliveryFailure(DeliveryErrorType.FAILED, "Response did not arrive on time")
+    nack_from_text = DeliveryFailure("FORBIDDEN", "Access denied")
+    error_type: DeliveryErrorType = nack.error_type
+    message: str = nack.message
+
+    not_found = NodeOperationError("Unexpected error: boom", path="a/b")
+    path: str | None = not_found.path
+
+    verbs: list[NodeOperationError] = [
+        not_found,
+        StoreUnavailableError(describe_not_attempted("Node creation at 'a/b'"), path="a/b"),
+        NodeExistsError("a node already exists at 'a/b'", path="a/b"),
+        NodeAccessDeniedError("no grant on 'a'", path="a/b"),
+        NodeValidationError("content is invalid", path="a/b"),
+        InvalidPathError("empty path segment"),
+        InvalidNodeTypeError("unknown node type 'Widget'"),
+    ]
+    as_value_error: ValueError = InvalidPathError("bad path")
+    as_permission_error: PermissionError = NodeAccessDeniedError("forbidden")
+    rx: list[RxMeshError] = [
+        store,
+        pool,
+        stalled,
+        nack,
+        nack_from_text,
+        BuildCoordinationUnreachableError("admin/build: no answer after 3 attempts"),
+        MeshDisposedError("disposed"),
+        *verbs,
+    ]
+    attributes: tuple[object, ...] = (
+        sqlstate,
+        transient,
+        may_have_run,
+        store_name,
+        providers,
+        budget,
+        error_type,
+        message,
+        path,
+    )
+    assert len(attributes) == 9
+    return [*rx, as_value_error, as_permission_error, asyncio.CancelledError(), TimeoutError()]
+
+
+def verdicts() -> dict[str, str]:
+    return {type(exc).__name__: classify(exc) for exc in build_exceptions()} | {
+        "None": classify(None),
+        "text": answer_text("a/b", write_started=False),
+    }
