@@ -16,6 +16,7 @@ the operator is built (``TypeError``/``ValueError`` naming the argument), not at
 
 from __future__ import annotations
 
+from rxmesh.operators._fan_in import DEFAULT_INITIAL_BUDGET, fan_in
 from rxmesh.operators._reopen_on_transient_fault import (
     DEFAULT_MAX_CONSECUTIVE_REOPENS,
     DEFAULT_REOPEN_BACKOFF,
@@ -27,9 +28,11 @@ from rxmesh.operators._retry_transient_connect import (
 )
 
 __all__ = [
+    "DEFAULT_INITIAL_BUDGET",
     "DEFAULT_MAX_CONSECUTIVE_REOPENS",
     "DEFAULT_REOPEN_BACKOFF",
     "DEFAULT_RETRY_DELAYS",
+    "fan_in",
     "reopen_on_transient_fault",
     "retry_transient_connect",
 ]
