@@ -1,0 +1,33 @@
+"""Helpers for testing code built on rxmesh: the same fault injection rxmesh tests itself with.
+
+:class:`FaultInjectingStore` wraps any store (usually an
+:class:`~rxmesh.providers.InMemoryStore`) and refuses, faults, stalls or cuts it on demand, logging
+every operation it met. The error factories build the exact chains real providers raise, so
+:mod:`rxmesh.faults` classifies them as it would in production.
+"""
+
+from __future__ import annotations
+
+from rxmesh.testing._fault_store import (
+    WRITE_OPS,
+    ExcFactory,
+    FaultInjectingStore,
+    FaultInjectingStoreStatistics,
+    FeedMode,
+    Operation,
+    connect_timeout_error,
+    connection_reset_error,
+    unreachable_error,
+)
+
+__all__ = [
+    "WRITE_OPS",
+    "ExcFactory",
+    "FaultInjectingStore",
+    "FaultInjectingStoreStatistics",
+    "FeedMode",
+    "Operation",
+    "connect_timeout_error",
+    "connection_reset_error",
+    "unreachable_error",
+]

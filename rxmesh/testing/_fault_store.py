@@ -1,0 +1,608 @@
+"""``FaultInjectingStore``: wrap any store and make it fail the way real stores fail (SPEC §11).
+
+Every knob acts when an operation is SUBSCRIBED (lazily), so a retry or a re-open that subscribes
+again meets the knob again; a knob with ``times=`` counts down once per subscription it affects.
+Every operation met is logged in :attr:`FaultInjectingStore.operations` with its outcome (a
+refused write is logged too: "no write was attempted at X" is asserted on this log), counted per
+operation in :attr:`FaultInjectingStore.counts`, and every fault injected is counted per knob in
+:attr:`FaultInjectingStore.injected`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Literal, NamedTuple, TypeVar
+
+import reactivex
+from reactivex import Observable, abc
+from reactivex import operators as ops
+from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
+from reactivex.subject import Subject
+
+from rxmesh.exceptions import StoreError
+from rxmesh.model import (
+    ChangeFeedGap,
+    FrameKind,
+    MeshNode,
+    NodeChange,
+    NodeQuery,
+    QueryFrame,
+    StoreEvidence,
+    WindowCommitted,
+)
+from rxmesh.providers._store import DEFAULT_WRITE_WINDOW, Store
+
+__all__ = [
+    "WRITE_OPS",
+    "ExcFactory",
+    "FaultInjectingStore",
+    "FaultInjectingStoreStatistics",
+    "FeedMode",
+    "Operation",
+    "connect_timeout_error",
+    "connection_reset_error",
+    "unreachable_error",
+]
+
+_T = TypeVar("_T")
+
+ExcFactory = Callable[[], Exception]
+"""Makes the exception a knob raises; called once per subscription it affects."""
+
+FeedMode = Literal["open", "hold", "drop"]
+"""The change feed: delivered, buffered until resumed, or lost."""
+
+WRITE_OPS: frozenset[str] = frozenset({"write", "write_many", "update", "delete", "move"})
+"""The operations that write (the ones :meth:`FaultInjectingStore.refuse_writes_as_unreachable`
+refuses)."""
+
+Target = str | tuple[str, ...] | NodeQuery
+
+
+class Operation(NamedTuple):
+    """One operation the store met: ``op``, its ``target`` and what happened to it.
+
+    ``target`` is a path (read, write, update, delete), a tuple of paths (read_many, write_many,
+    move as ``(source, target)``) or the :class:`NodeQuery`. ``outcome`` is ``"forwarded"`` (passed
+    to the inner store), ``"refused"`` (refused as unreachable), ``"faulted"`` (a read fault),
+    ``"doomed"`` (a query set to die mid-stream) or ``"stalled"`` (a query whose Initial is held).
+    """
+
+    op: str
+    target: Target
+    outcome: str
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The paths this operation touched (empty for a query)."""
+        if isinstance(self.target, str):
+            return (self.target,)
+        if isinstance(self.target, tuple):
+            return self.target
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class FaultInjectingStoreStatistics:
+    """A snapshot of a :class:`FaultInjectingStore`'s counters."""
+
+    operations: int
+    counts: Mapping[str, int]
+    injected: Mapping[str, int]
+    feed_mode: FeedMode
+    held_events: int
+    stalled_queries: int
+
+
+def _chained(outer: Exception, cause: BaseException) -> Exception:
+    outer.__cause__ = cause  # exactly what ``raise outer from cause`` records
+    return outer
+
+
+def unreachable_error(store: str = "store") -> Exception:
+    """A refused connect, as a provider's boundary reports it: ``StoreError(08001)`` from
+    ``ConnectionRefusedError``. :func:`rxmesh.faults.is_store_unreachable` matches it.
+    """
+    return _chained(
+        StoreError(
+            f"store '{store}' unreachable: connection refused", sqlstate="08001", store=store
+        ),
+        ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 5432)"),
+    )
+
+
+def connect_timeout_error(store: str = "store") -> Exception:
+    """A connect that timed out: ``StoreError("could not connect ...", 08001)`` from
+    ``TimeoutError``."""
+    return _chained(
+        StoreError(
+            f"store '{store}': could not connect to 10.42.18.4:5432", sqlstate="08001", store=store
+        ),
+        TimeoutError("timed out"),
+    )
+
+
+def connection_reset_error(store: str = "store") -> Exception:
+    """The incident's mid-stream chain: a DB frame with no sqlstate from
+    ``ConnectionResetError(104, "Connection reset by peer")``."""
+    return _chained(
+        StoreError(f"store '{store}': connection lost mid-stream", sqlstate=None, store=store),
+        ConnectionResetError(104, "Connection reset by peer"),
+    )
+
+
+class _Sink:
+    """One subscriber's place at the feed gate: buffers while held."""
+
+    def __init__(self) -> None:
+        self.held: list[Callable[[], None]] = []
+
+
+class _FeedGate:
+    def __init__(self, injected: Counter[str]) -> None:
+        self.mode: FeedMode = "open"
+        self.sinks: list[_Sink] = []
+        self._injected = injected
+
+    def deliver(self, sink: _Sink, emit: Callable[[], None]) -> None:
+        if self.mode == "open":
+            emit()
+        elif self.mode == "hold":
+            self._injected["held_event"] += 1
+            sink.held.append(emit)
+        else:
+            self._injected["dropped_event"] += 1
+
+    def release(self) -> None:
+        self.mode = "open"
+        for sink in list(self.sinks):
+            pending, sink.held = sink.held, []
+            for emit in pending:
+                self._injected["released_event"] += 1
+                emit()
+
+    def join(self) -> tuple[_Sink, Disposable]:
+        sink = _Sink()
+        self.sinks.append(sink)
+        return sink, Disposable(lambda: self.sinks.remove(sink))
+
+
+@dataclass
+class _QueryState:
+    frames: int = 0
+    dead: bool = False
+    initial: bool = False
+
+
+@dataclass
+class _Death:
+    after_frames: int
+    factory: ExcFactory
+    remaining: int
+    query: NodeQuery | None
+
+
+class FaultInjectingStore:
+    """Wraps any :class:`~rxmesh.providers.Store` and injects the faults of SPEC §11 on demand.
+
+    With no knob set it is transparent: every operation is forwarded to ``inner`` (and logged).
+
+    Args:
+        inner: the store to wrap (in-memory, Postgres, another wrapper).
+        name: the printable name; ``inner.name`` by default, so answers name the real store.
+
+    Example:
+        >>> from rxmesh.providers import InMemoryStore
+        >>> store = FaultInjectingStore(InMemoryStore())
+        >>> store.refuse_writes_as_unreachable()
+        >>> errors = []
+        >>> _ = store.write(MeshNode(path="p/a")).subscribe(on_error=errors.append)
+        >>> type(errors[0]).__name__, store.operations[-1].outcome
+        ('StoreError', 'refused')
+        >>> store.restore()
+    """
+
+    def __init__(self, inner: Store, *, name: str | None = None) -> None:
+        self.inner = inner
+        self._name = name if name is not None else inner.name
+        self.operations: list[Operation] = []
+        self.counts: Counter[str] = Counter()
+        self.injected: Counter[str] = Counter()
+        self._refuse_writes: ExcFactory | None = None
+        self._refuse_reads: ExcFactory | None = None
+        self._read_faults: dict[str, tuple[ExcFactory, int]] = {}
+        self._death: _Death | None = None
+        self._stall: bool = False
+        self._stalled: list[Callable[[], None]] = []
+        self._gate = _FeedGate(self.injected)
+        self._gaps: Subject[ChangeFeedGap] = Subject()
+
+    # -- introspection ------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The printable name (the inner store's unless given)."""
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"FaultInjectingStore({self.inner!r})"
+
+    def statistics(self) -> FaultInjectingStoreStatistics:
+        """Counters of operations met and faults injected, as a frozen snapshot."""
+        return FaultInjectingStoreStatistics(
+            operations=len(self.operations),
+            counts=MappingProxyType(dict(self.counts)),
+            injected=MappingProxyType(dict(self.injected)),
+            feed_mode=self._gate.mode,
+            held_events=sum(len(sink.held) for sink in self._gate.sinks),
+            stalled_queries=len(self._stalled),
+        )
+
+    def writes_attempted(self, path: str | None = None) -> list[Operation]:
+        """Write-type operations met (refused ones included), optionally only those at ``path``."""
+        return [
+            op
+            for op in self.operations
+            if op.op in WRITE_OPS and (path is None or path in op.paths)
+        ]
+
+    def clear_log(self) -> None:
+        """Forget the operations met and the counters (knobs stay as they are)."""
+        self.operations.clear()
+        self.counts.clear()
+        self.injected.clear()
+
+    # -- knobs --------------------------------------------------------------------------------
+
+    def refuse_writes_as_unreachable(self, exc_factory: ExcFactory | None = None) -> None:
+        """Refuse every write-type operation as unreachable until :meth:`restore`.
+
+        The default error is :func:`unreachable_error` (``StoreError(08001)`` from
+        ``ConnectionRefusedError``); nothing reaches the inner store.
+        """
+        self._refuse_writes = exc_factory or (lambda: unreachable_error(self._name))
+
+    def refuse_reads_as_unreachable(self, exc_factory: ExcFactory | None = None) -> None:
+        """Refuse every read, read_many and query as unreachable until :meth:`restore`."""
+        self._refuse_reads = exc_factory or (lambda: unreachable_error(self._name))
+
+    def restore(self) -> None:
+        """The store answers again: stop refusing writes and reads.
+
+        Other knobs (armed read faults, deaths, a stall, a held feed) are left as they are; this
+        announces nothing (call :meth:`declare_gap` for the evidence a real store would give).
+        """
+        self._refuse_writes = None
+        self._refuse_reads = None
+
+    def fault_next_read(
+        self, path: str, exc_factory: ExcFactory | None = None, *, times: int = 1
+    ) -> None:
+        """Fail the next ``times`` subscriptions of a read of ``path`` (``read``, or a
+        ``read_many`` that includes it) with ``exc_factory()``; other paths pass through.
+
+        The default error is :func:`connect_timeout_error`. Arming a path again replaces it.
+        """
+        if times < 1:
+            raise ValueError(f"times must be at least 1, got {times!r}")
+        self._read_faults[path] = (
+            exc_factory or (lambda: connect_timeout_error(self._name)),
+            times,
+        )
+
+    def die_mid_stream(
+        self,
+        after_frames: int = 1,
+        exc_factory: ExcFactory | None = None,
+        *,
+        times: int = 1,
+        query: NodeQuery | None = None,
+    ) -> None:
+        """Make the next ``times`` query subscriptions (of ``query``, or any) die right after
+        delivering ``after_frames`` frames (0: before the Initial).
+
+        The default error is the incident's chain, :func:`connection_reset_error`.
+        """
+        if after_frames < 0 or times < 1:
+            raise ValueError(f"need after_frames >= 0 and times >= 1, got {after_frames}, {times}")
+        factory = exc_factory or (lambda: connection_reset_error(self._name))
+        self._death = _Death(after_frames, factory, times, query)
+
+    def stall_initial(self) -> None:
+        """Queries subscribed from now on emit nothing (no Initial) until
+        :meth:`release_initial`."""
+        self._stall = True
+
+    def release_initial(self) -> int:
+        """Stop stalling and start every held query now; returns how many were held."""
+        self._stall = False
+        starts, self._stalled = self._stalled, []
+        for start in starts:
+            start()
+        return len(starts)
+
+    def hold_change_feed(self) -> None:
+        """Buffer the change feed (``changes``, announced commits, query deltas) until
+        :meth:`resume_change_feed`."""
+        self._gate.mode = "hold"
+
+    def drop_change_feed(self) -> None:
+        """Lose the change feed (``changes``, announced commits, query deltas) until
+        :meth:`resume_change_feed`."""
+        self._gate.mode = "drop"
+
+    def resume_change_feed(
+        self, *, announce_gap: bool = True, reason: str = "change feed resumed"
+    ) -> ChangeFeedGap | None:
+        """Deliver what was held (nothing, if it was dropped), then declare a gap if asked.
+
+        Without ``announce_gap`` a dropped feed's losses stay silent: that is the drill for a
+        dependent that must not rely on the feed alone.
+        """
+        self._gate.release()
+        return self.declare_gap(reason) if announce_gap else None
+
+    def declare_gap(
+        self, reason: str = "declared", *, lost_at: datetime | None = None
+    ) -> ChangeFeedGap:
+        """Publish a :class:`ChangeFeedGap` on ``gaps`` and ``answers_again``; live queries
+        through this store re-read and emit a Delta of what they missed (if anything)."""
+        now = datetime.now(UTC)
+        gap = ChangeFeedGap(
+            source=self._name, lost_at=lost_at or now, resumed_at=now, reason=reason
+        )
+        self.injected["gap_declared"] += 1
+        self._gaps.on_next(gap)
+        return gap
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _guarded(
+        self,
+        op: str,
+        target: Target,
+        decide: Callable[[], tuple[str, Exception | None]],
+        source: Callable[[], Observable[_T]],
+    ) -> Observable[_T]:
+        def subscribe(
+            observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            outcome, error = decide()
+            self.operations.append(Operation(op, target, outcome))
+            self.counts[op] += 1
+            if error is not None:
+                observer.on_error(error)
+                return Disposable()
+            return source().subscribe(observer, scheduler=scheduler)
+
+        return Observable(subscribe)
+
+    def _write_decision(self) -> tuple[str, Exception | None]:
+        if self._refuse_writes is not None:
+            self.injected["refused_write"] += 1
+            return "refused", self._refuse_writes()
+        return "forwarded", None
+
+    def _read_decision(self, paths: Sequence[str]) -> tuple[str, Exception | None]:
+        if self._refuse_reads is not None:
+            self.injected["refused_read"] += 1
+            return "refused", self._refuse_reads()
+        for path in paths:
+            armed = self._read_faults.get(path)
+            if armed is None:
+                continue
+            factory, remaining = armed
+            if remaining <= 1:
+                del self._read_faults[path]
+            else:
+                self._read_faults[path] = (factory, remaining - 1)
+            self.injected["faulted_read"] += 1
+            return "faulted", factory()
+        return "forwarded", None
+
+    # -- reads and writes ---------------------------------------------------------------------
+
+    def read(self, path: str) -> Observable[MeshNode | None]:
+        """The inner read, unless refused or faulted."""
+        return self._guarded(
+            "read", path, lambda: self._read_decision((path,)), lambda: self.inner.read(path)
+        )
+
+    def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
+        """The inner read_many, unless refused or one of ``paths`` is faulted."""
+        wanted = tuple(paths)
+        return self._guarded(
+            "read_many",
+            wanted,
+            lambda: self._read_decision(wanted),
+            lambda: self.inner.read_many(wanted),
+        )
+
+    def write(self, node: MeshNode) -> Observable[MeshNode]:
+        """The inner write, unless writes are refused."""
+        return self._guarded(
+            "write", node.path, self._write_decision, lambda: self.inner.write(node)
+        )
+
+    def write_many(
+        self, nodes: Sequence[MeshNode], window: int = DEFAULT_WRITE_WINDOW
+    ) -> Observable[WindowCommitted]:
+        """The inner write_many, unless writes are refused (then no window is attempted)."""
+        batch = tuple(nodes)
+        return self._guarded(
+            "write_many",
+            tuple(node.path for node in batch),
+            self._write_decision,
+            lambda: self.inner.write_many(batch, window),
+        )
+
+    def update(self, node: MeshNode) -> Observable[MeshNode | None]:
+        """The inner update, unless writes are refused."""
+        return self._guarded(
+            "update", node.path, self._write_decision, lambda: self.inner.update(node)
+        )
+
+    def delete(self, path: str) -> Observable[bool]:
+        """The inner delete, unless writes are refused."""
+        return self._guarded("delete", path, self._write_decision, lambda: self.inner.delete(path))
+
+    def move(self, source: str, target: str) -> Observable[MeshNode | None]:
+        """The inner move, unless writes are refused."""
+        return self._guarded(
+            "move",
+            (source, target),
+            self._write_decision,
+            lambda: self.inner.move(source, target),
+        )
+
+    # -- feeds --------------------------------------------------------------------------------
+
+    def _gated(self, upstream: Observable[_T], passes: Callable[[_T], bool]) -> Observable[_T]:
+        """``upstream`` through the feed gate (items for which ``passes`` is True skip it)."""
+
+        def subscribe(
+            observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            sink, leave = self._gate.join()
+
+            def on_next(item: _T) -> None:
+                if passes(item):
+                    observer.on_next(item)
+                else:
+                    self._gate.deliver(sink, lambda: observer.on_next(item))
+
+            inner = upstream.subscribe(
+                on_next, observer.on_error, observer.on_completed, scheduler=scheduler
+            )
+            return CompositeDisposable(inner, leave)
+
+        return Observable(subscribe)
+
+    @property
+    def changes(self) -> Observable[NodeChange]:
+        """The inner change feed, through the hold/drop gate."""
+        return self._gated(self.inner.changes, lambda _: False)
+
+    @property
+    def gaps(self) -> Observable[ChangeFeedGap]:
+        """The inner store's gaps and the gaps declared here."""
+        return reactivex.merge(self.inner.gaps, self._gaps)
+
+    @property
+    def answers_again(self) -> Observable[StoreEvidence]:
+        """The inner evidence (announced commits through the gate, gaps not) and the gaps
+        declared here."""
+        own: Observable[StoreEvidence] = self._gaps
+        gated = self._gated(self.inner.answers_again, lambda e: isinstance(e, ChangeFeedGap))
+        return reactivex.merge(gated, own)
+
+    # -- live queries -------------------------------------------------------------------------
+
+    def _take_death(self, query: NodeQuery) -> _Death | None:
+        death = self._death
+        if death is None or (death.query is not None and death.query != query):
+            return None
+        death.remaining -= 1
+        if death.remaining <= 0:
+            self._death = None
+        return death
+
+    def query(self, query: NodeQuery) -> Observable[QueryFrame]:
+        """The inner query, with stalls, mid-stream deaths, the feed gate on its deltas, and a
+        re-read (diffed) after every gap."""
+
+        def subscribe(
+            observer: abc.ObserverBase[QueryFrame], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            outcome, error = self._read_decision(())
+            death = None if error is not None else self._take_death(query)
+            stalled = error is None and self._stall
+            if death is not None:
+                outcome = "doomed"
+            elif stalled:
+                outcome = "stalled"
+            self.operations.append(Operation("query", query, outcome))
+            self.counts["query"] += 1
+            if error is not None:
+                observer.on_error(error)
+                return Disposable()
+
+            upstream = SerialDisposable()
+            gap_watch = SerialDisposable()
+            sink, leave = self._gate.join()
+            view: dict[str, MeshNode] = {}
+            state = _QueryState()
+            subscription = CompositeDisposable(upstream, gap_watch, leave)
+
+            def die() -> None:
+                assert death is not None
+                state.dead = True
+                subscription.dispose()
+                self.injected["died_mid_stream"] += 1
+                observer.on_error(death.factory())
+
+            def deliver(frame: QueryFrame) -> None:
+                if state.dead:
+                    return
+                if frame.kind is FrameKind.INITIAL:
+                    view.clear()
+                    state.initial = True
+                for node in frame.nodes:
+                    view[node.path] = node
+                for path in frame.removed:
+                    view.pop(path, None)
+                observer.on_next(frame)
+                state.frames += 1
+                if death is not None and state.frames >= death.after_frames:
+                    die()
+
+            def on_frame(frame: QueryFrame) -> None:
+                if frame.kind is FrameKind.INITIAL:
+                    deliver(frame)
+                else:
+                    self._gate.deliver(sink, lambda: deliver(frame))
+
+            def on_error(exc: Exception) -> None:
+                if not state.dead:
+                    state.dead = True
+                    subscription.dispose()
+                    observer.on_error(exc)
+
+            def resync(_gap: ChangeFeedGap) -> None:
+                if state.dead or not state.initial:
+                    return
+                self.counts["requery"] += 1
+
+                def diff(frame: QueryFrame) -> None:
+                    fresh = {node.path: node for node in frame.nodes}
+                    changed = [n for p, n in fresh.items() if view.get(p) != n]
+                    removed = [p for p in view if p not in fresh]
+                    if changed or removed:
+                        deliver(QueryFrame.delta(changed, removed, provider=frame.provider))
+
+                self.inner.query(query).pipe(ops.take(1)).subscribe(
+                    diff, on_error, scheduler=scheduler
+                )
+
+            def start() -> None:
+                if state.dead or subscription.is_disposed:
+                    return
+                gap_watch.disposable = self.gaps.subscribe(resync, scheduler=scheduler)
+                upstream.disposable = self.inner.query(query).subscribe(
+                    on_frame, on_error, observer.on_completed, scheduler=scheduler
+                )
+
+            if death is not None and death.after_frames == 0:
+                die()
+            elif stalled:
+                self.injected["stalled_initial"] += 1
+                self._stalled.append(start)
+            else:
+                start()
+            return subscription
+
+        return Observable(subscribe)
