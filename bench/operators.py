@@ -1,0 +1,109 @@
+"""Happy-path cost of the two ladder operators, against the same pipeline without them.
+
+Prints JSON lines: one per operator (items/s without and with it, the time ratio, the target
+1.10), plus a ``passthrough`` row: a do-nothing operator built with the same public reactivex API
+(``Observable(subscribe)`` forwarding ``observer.on_next``). That row is the floor any public-API
+operator pays: the extra ``AutoDetachObserver`` that ``Observable.subscribe`` puts in front of
+every subscription. Runs are interleaved (the order rotates each round) and the median is taken.
+
+    python bench/operators.py [N] [REPEATS]
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import reactivex
+from reactivex import Observable, abc
+
+from rxmesh.operators import reopen_on_transient_fault, retry_transient_connect
+
+TARGET_RATIO = 1.10
+
+
+def _passthrough(source: Observable[int]) -> Observable[int]:
+    def subscribe(
+        observer: abc.ObserverBase[int], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        return source.subscribe(
+            observer.on_next, observer.on_error, observer.on_completed, scheduler=scheduler
+        )
+
+    return Observable(subscribe)
+
+
+def _pipelines(n: int) -> dict[str, Callable[[], Observable[int]]]:
+    source = reactivex.from_iterable(range(n))
+    return {
+        "baseline": lambda: source,
+        "passthrough": lambda: source.pipe(_passthrough),
+        "retry_transient_connect": lambda: source.pipe(retry_transient_connect()),
+        "reopen_on_transient_fault": lambda: reopen_on_transient_fault(lambda: source),
+    }
+
+
+def _time_once(build: Callable[[], Observable[int]], n: int) -> float:
+    count = 0
+
+    def sink(_: int) -> None:
+        nonlocal count
+        count += 1
+
+    gc.collect()
+    started = time.perf_counter()
+    build().subscribe(sink)
+    elapsed = time.perf_counter() - started
+    if count != n:
+        raise RuntimeError(f"pipeline delivered {count} of {n} items")
+    return elapsed
+
+
+def measure(n: int = 1_000_000, repeats: int = 5) -> list[dict[str, Any]]:
+    """Time each pipeline ``repeats`` times over ``n`` items; return one row per operator."""
+    pipelines = _pipelines(n)
+    names = list(pipelines)
+    timings: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(repeats):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            timings[name].append(_time_once(pipelines[name], n))
+    base = statistics.median(timings["baseline"])
+    floor = statistics.median(timings["passthrough"])
+    rows: list[dict[str, Any]] = []
+    for name in names[1:]:
+        median = statistics.median(timings[name])
+        ratio = median / base
+        rows.append(
+            {
+                "bench": "operators",
+                "operator": name,
+                "items": n,
+                "repeats": repeats,
+                "baseline_items_per_s": round(n / base),
+                "operator_items_per_s": round(n / median),
+                "ratio": round(ratio, 3),
+                "added_ns_per_item": round((median - base) / n * 1e9, 1),
+                "ratio_vs_passthrough": round(median / floor, 3),
+                "target_ratio": TARGET_RATIO,
+                "meets_target": ratio <= TARGET_RATIO,
+            }
+        )
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    """Print one JSON line per operator."""
+    n = int(argv[1]) if len(argv) > 1 else 1_000_000
+    repeats = int(argv[2]) if len(argv) > 2 else 5
+    for row in measure(n, repeats):
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,45 @@
+"""bench/operators.py runs end to end on a small N (the ratio itself is not asserted here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "operators.py"
+
+
+def _load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("rxmesh_bench_operators", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_operators_bench_measures_every_operator_on_a_small_n() -> None:
+    rows = _load_bench().measure(n=10_000, repeats=1)
+
+    assert [row["operator"] for row in rows] == [
+        "passthrough",
+        "retry_transient_connect",
+        "reopen_on_transient_fault",
+    ]
+    for row in rows:
+        assert row["items"] == 10_000
+        assert row["baseline_items_per_s"] > 0
+        assert row["operator_items_per_s"] > 0
+        assert row["ratio"] > 0
+        assert row["target_ratio"] == 1.10
+
+
+def test_the_operators_bench_prints_json_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    _load_bench().main(["operators.py", "2000", "1"])
+
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    assert all(json.loads(line)["bench"] == "operators" for line in lines)
