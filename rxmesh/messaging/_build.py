@@ -83,6 +83,7 @@ class BuildCoordinator:
 
     def __init__(self, router: Router, *, address: str = BUILD_COORDINATOR_ADDRESS) -> None:
         self.hub = MessageHub(address, router).on(BuildClaimRequest, self._claim)
+        router.register_type(BuildClaim)
         self._records: dict[str, _Record] = {}
         self._requests = 0
 
