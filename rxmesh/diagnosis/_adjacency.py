@@ -155,5 +155,5 @@ def report_store_unreachable(
     bound[FIELD_EVENT] = EVENT_STORE_UNREACHABLE
     if adjacency is not None:
         bound.update(adjacency.as_log_fields())
-    logger.opt(depth=1).bind(**bound).error("{}", text)
+    logger.bind(**bound).error("{}", text)
     return StoreUnreachableReport(text=text, adjacency=adjacency)

@@ -96,6 +96,7 @@ class LoopStallMonitor:
         history: how many stalls to remember.
         clock: the time source (seconds, monotonic); injectable for tests. It must agree with the
             loop's clock in real use, because ticks are scheduled with ``loop.call_later``.
+        gc_clock: the time source that GC pauses are measured with; injectable for tests.
         on_stall: called with each stall, on the loop, after it is recorded.
 
     Example:
@@ -115,6 +116,7 @@ class LoopStallMonitor:
         *,
         history: int = DEFAULT_HISTORY,
         clock: Callable[[], float] = time.monotonic,
+        gc_clock: Callable[[], float] = time.perf_counter,
         on_stall: Callable[[LoopStall], None] | None = None,
     ) -> None:
         if not tick > 0:
@@ -126,6 +128,7 @@ class LoopStallMonitor:
         self._tick = float(tick)
         self._late_threshold = float(late_threshold)
         self._clock = clock
+        self._gc_clock = gc_clock
         self._on_stall = on_stall
         self._stalls: deque[LoopStall] = deque(maxlen=history)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -267,9 +270,9 @@ class LoopStallMonitor:
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            self._gc_started = time.perf_counter()
+            self._gc_started = self._gc_clock()
         elif phase == "stop" and self._gc_started is not None:
-            spent = time.perf_counter() - self._gc_started
+            spent = self._gc_clock() - self._gc_started
             self._gc_started = None
             self._gc_pending += spent
             self._gc_total += spent

@@ -1,0 +1,38 @@
+"""The diagnosis package's __all__ is honest: every name exists, every public name is listed."""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+import pytest
+
+MODULES = [
+    "rxmesh.diagnosis",
+    "rxmesh.diagnosis._adjacency",
+    "rxmesh.diagnosis._fields",
+    "rxmesh.diagnosis._monitor",
+    "rxmesh.diagnosis._triage",
+    "rxmesh.cli",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_name_in_all_exists(name: str) -> None:
+    module = importlib.import_module(name)
+    assert module.__all__ == sorted(module.__all__, key=lambda n: (not n.isupper(), n))
+    for exported in module.__all__:
+        assert hasattr(module, exported), exported
+
+
+def test_the_package_exports_every_public_name_of_its_modules() -> None:
+    package = importlib.import_module("rxmesh.diagnosis")
+    for name in MODULES[1:-1]:
+        module = importlib.import_module(name)
+        assert set(module.__all__) <= set(package.__all__), name
+    public = {
+        n
+        for n, v in vars(package).items()
+        if not n.startswith("_") and not isinstance(v, types.ModuleType) and n != "annotations"
+    }
+    assert public == set(package.__all__)
