@@ -529,6 +529,25 @@ def test_a_wide_group_of_300_connect_faults_is_unreachable() -> None:
     assert is_transient_connect_fault(group_with_defect) is False
 
 
+def test_a_pathological_tree_of_shared_groups_terminates_quickly() -> None:
+    # 2**40 paths through 41 objects: the total frame budget (a guard, like the 256 cap) bounds
+    # the work. What is found within the budget stands; past it nothing more is looked at.
+    tree: BaseException = StoreError("x", sqlstate="08006")
+    for _ in range(40):
+        tree = ExceptionGroup("g", [tree, tree])
+    for classify in (
+        is_transient_connect_fault,
+        is_standing_watch_transient,
+        is_no_answer_in_time,
+        is_cooperative_cancellation,
+    ):
+        assert classify(tree) in (True, False)
+    small: BaseException = StoreError("x", sqlstate="08006")
+    for _ in range(8):
+        small = ExceptionGroup("g", [small, small])
+    assert is_transient_connect_fault(small) is True  # 256 paths: well within the budget
+
+
 def except_star_cycle(branch: Exception) -> BaseException:
     """Re-raise a branch inside ``except*``: its ``__context__`` becomes its own group (a cycle)."""
     with pytest.raises(type(branch)) as caught:
