@@ -54,7 +54,8 @@ def reopen_on_transient_fault(
     same object). Otherwise ``on_reopen(f, n, delay)`` runs BEFORE waiting
     ``delay = backoff[min(n, len(backoff)) - 1]``, then the factory is called again. Completion
     completes the watch; disposal cancels a pending backoff. A factory that raises counts as a
-    fault of that opening and is judged the same way.
+    fault of that opening and is judged the same way. If ``is_transient`` or ``on_reopen``
+    raises, that exception ends the watch instead (no re-open is scheduled).
 
     Args:
         open: the factory of the watched observable.
@@ -108,7 +109,12 @@ def reopen_on_transient_fault(
             if disposed:
                 return
             consecutive = (0 if emitted else consecutive) + 1
-            if not is_transient(fault):
+            try:
+                transient = is_transient(fault)
+            except Exception as defect:  # noqa: BLE001 - forwarded: the classifier is broken
+                observer.on_error(defect)
+                return
+            if not transient:
                 observer.on_error(fault)
                 return
             fault_type = type(fault).__name__
@@ -132,7 +138,11 @@ def reopen_on_transient_fault(
                 f"{delay:g}",
             )
             if on_reopen is not None:
-                on_reopen(fault, consecutive, delay)
+                try:
+                    on_reopen(fault, consecutive, delay)
+                except Exception as defect:  # noqa: BLE001 - forwarded: the hook is broken
+                    observer.on_error(defect)
+                    return
             if disposed:  # on_reopen may have disposed the watch
                 return
             when = resolve_scheduler(scheduler, subscribe_scheduler)

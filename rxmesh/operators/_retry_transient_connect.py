@@ -71,7 +71,8 @@ def retry_transient_connect(
     first item a fault propagates at once (a resubscribe would mint a second Initial into a merge
     that has already counted this source). At most ``len(delays)`` resubscriptions, waiting
     ``delays[i]`` before the i-th. Giving up (not retryable, already emitted, budget spent) calls
-    ``on_error`` with the LAST error, the very same object.
+    ``on_error`` with the LAST error, the very same object. If ``should_retry`` or ``on_retry``
+    raises, that exception ends the stream instead (no retry is scheduled).
 
     Args:
         delays: seconds to wait before each resubscription. Empty means "never retry".
@@ -116,7 +117,12 @@ def retry_transient_connect(
                 nonlocal attempt
                 if disposed:
                     return
-                if emitted or attempt >= len(ladder) or not should_retry(error):
+                try:
+                    give_up = emitted or attempt >= len(ladder) or not should_retry(error)
+                except Exception as defect:  # noqa: BLE001 - forwarded: the classifier is broken
+                    observer.on_error(defect)
+                    return
+                if give_up:
                     observer.on_error(error)
                     return
                 delay = ladder[attempt]
@@ -133,7 +139,11 @@ def retry_transient_connect(
                     len(ladder),
                 )
                 if on_retry is not None:
-                    on_retry(error, attempt, delay)
+                    try:
+                        on_retry(error, attempt, delay)
+                    except Exception as defect:  # noqa: BLE001 - forwarded: the hook is broken
+                        observer.on_error(defect)
+                        return
                 if disposed:  # on_retry may have disposed the subscription
                     return
                 when = resolve_scheduler(scheduler, subscribe_scheduler)

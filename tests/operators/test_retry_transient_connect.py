@@ -295,3 +295,35 @@ async def test_inside_a_running_loop_the_backoff_runs_on_the_loop_not_a_thread_t
 
     assert await asyncio.wait_for(done, timeout=2.0) == [7]
     assert subscribing_threads == [threading.get_ident()] * 2
+
+
+def test_a_broken_on_retry_hook_ends_the_stream_with_its_own_error_and_no_retry() -> None:
+    scheduler = TestScheduler()
+    source = scheduler.create_cold_observable(on_error(10, connect_fault()))
+    broken = RuntimeError("hook defect")
+
+    def on_retry(error: BaseException, attempt: int, delay: float) -> None:
+        raise broken
+
+    results = scheduler.start(
+        lambda: source.pipe(retry_transient_connect(on_retry=on_retry, scheduler=scheduler))
+    )
+
+    assert len(source.subscriptions) == 1
+    assert timeline(results.messages) == [(210, "E", broken)]
+
+
+def test_a_broken_classifier_ends_the_stream_with_its_own_error() -> None:
+    scheduler = TestScheduler()
+    source = scheduler.create_cold_observable(on_error(10, connect_fault()))
+    broken = RuntimeError("classifier defect")
+
+    def should_retry(error: BaseException) -> bool:
+        raise broken
+
+    results = scheduler.start(
+        lambda: source.pipe(retry_transient_connect(should_retry=should_retry, scheduler=scheduler))
+    )
+
+    assert len(source.subscriptions) == 1
+    assert timeline(results.messages) == [(210, "E", broken)]
