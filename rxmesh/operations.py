@@ -8,6 +8,9 @@
 - ``INVALID_PATH``, ``INVALID_NODE_TYPE``, ``VALIDATION_FAILED``: the request is wrong; fix it.
 - ``FORBIDDEN``: the requester holds no grant (a verdict; not "your request was invalid").
 - ``UNKNOWN``: an unexpected failure; the text says what.
+
+Update, delete and move answer :class:`NodeOperationResponse`; their ``NODE_ALREADY_EXISTS``
+means "the target is taken" (move) and a missing node is ``VALIDATION_FAILED`` naming the path.
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ __all__ = [
     "CreateNodeResponse",
     "CreateNodesRequest",
     "CreateNodesResponse",
+    "DeleteNodeRequest",
+    "MoveNodeRequest",
+    "NodeOperationResponse",
     "RejectionReason",
+    "UpdateNodeRequest",
     "Verdict",
     "new_request_id",
 ]
@@ -127,5 +134,48 @@ class CreateNodesResponse(BaseModel):
     created: tuple[MeshNode, ...] = ()
     already_present: tuple[str, ...] = ()
     not_created: tuple[MeshNode, ...] = ()
+    rejection_reason: RejectionReason | None = None
+    error: str | None = None
+
+
+class UpdateNodeRequest(BaseModel):
+    """Replace the type/content of an existing node (its path stays)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: MeshNode
+    access: AccessContext | None = None
+    request_id: str = Field(default_factory=new_request_id, min_length=1, max_length=128)
+
+
+class DeleteNodeRequest(BaseModel):
+    """Delete the node at ``path`` (not its children)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    access: AccessContext | None = None
+    request_id: str = Field(default_factory=new_request_id, min_length=1, max_length=128)
+
+
+class MoveNodeRequest(BaseModel):
+    """Move a node from ``source`` to a free ``target`` path."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    target: str
+    access: AccessContext | None = None
+    request_id: str = Field(default_factory=new_request_id, min_length=1, max_length=128)
+
+
+class NodeOperationResponse(BaseModel):
+    """The one answer to an update, delete or move."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: str
+    success: bool
+    node: MeshNode | None = None
     rejection_reason: RejectionReason | None = None
     error: str | None = None

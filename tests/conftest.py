@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 from urllib.parse import urlparse
 
 import pytest
@@ -46,3 +47,38 @@ def nats_url() -> str:
     """The URL of the shared NATS server; skips outside CI when it does not answer."""
     require_server(NATS_URL, 4222, "NATS")
     return NATS_URL
+
+
+class LogRecords(list[dict[str, object]]):
+    """Loguru records captured from rxmesh: dicts of level, message and the bound extra."""
+
+    def at(self, level: str) -> list[dict[str, object]]:
+        """The records logged at ``level`` ("ERROR", "WARNING", ...)."""
+        return [r for r in self if r["level"] == level]
+
+
+@pytest.fixture
+def log_records() -> Iterator[LogRecords]:
+    """Capture what rxmesh logs (enabling it for the test only)."""
+    from loguru import logger
+
+    records = LogRecords()
+
+    def sink(message: object) -> None:
+        record = message.record  # type: ignore[attr-defined]
+        records.append(
+            {
+                "level": record["level"].name,
+                "message": record["message"],
+                "extra": dict(record["extra"]),
+                "name": record["name"],
+            }
+        )
+
+    logger.enable("rxmesh")
+    handler = logger.add(sink, level="DEBUG", filter="rxmesh")
+    try:
+        yield records
+    finally:
+        logger.remove(handler)
+        logger.disable("rxmesh")

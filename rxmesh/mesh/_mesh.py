@@ -1,0 +1,876 @@
+"""The mesh: node operations over a store that answer honestly when the store is away."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol, TypeVar
+
+from loguru import logger
+from pydantic import BaseModel, ValidationError
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
+from reactivex.subject import Subject
+
+from rxmesh.aio import first_value, from_async
+from rxmesh.exceptions import (
+    InvalidPathError,
+    MeshDisposedError,
+    NodeAccessDeniedError,
+    NodeExistsError,
+    NodeValidationError,
+    StoreConflictError,
+)
+from rxmesh.faults import describe_may_have_partially_landed, is_store_unreachable
+from rxmesh.ledger import JournalError, PendingWrite, PendingWriteLedger
+from rxmesh.mesh._access import (
+    AccessPolicy,
+    GrantPolicy,
+    PartitionFacts,
+    grant_path,
+    owner_path,
+)
+from rxmesh.mesh._arms import Judgement, error_for, judge
+from rxmesh.model import (
+    MAX_CONTENT_BYTES,
+    SYSTEM_USER,
+    AccessContext,
+    MeshNode,
+    NodeQuery,
+    QueryFrame,
+    partition_of,
+    validate_path,
+)
+from rxmesh.operations import (
+    CreateNodeRequest,
+    CreateNodeResponse,
+    CreateNodesRequest,
+    CreateNodesResponse,
+    DeleteNodeRequest,
+    MoveNodeRequest,
+    NodeOperationResponse,
+    RejectionReason,
+    UpdateNodeRequest,
+)
+from rxmesh.operators import DEFAULT_RETRY_DELAYS, retry_transient_connect
+from rxmesh.providers import Store
+
+__all__ = ["Mesh", "NodeTypeValidator", "Validator"]
+
+T = TypeVar("T")
+R = TypeVar("R", bound=BaseModel)
+
+Validator = Callable[[MeshNode, AccessContext], None]
+"""A content rule: raise :class:`~rxmesh.exceptions.NodeValidationError` to refuse a node."""
+
+
+class NodeTypeValidator(Protocol):
+    """Resolves a node's type and validates its content against it (e.g. baked NodeType records).
+
+    Raise :class:`~rxmesh.exceptions.InvalidNodeTypeError` for an unknown type and
+    :class:`~rxmesh.exceptions.NodeValidationError` naming the field for bad content.
+    """
+
+    def validate(self, node: MeshNode) -> None:
+        """Validate ``node`` or raise."""
+        ...
+
+
+@dataclass
+class _BulkState:
+    write_started: bool = False
+    attempted: list[MeshNode] = field(default_factory=list)
+    landed: dict[str, MeshNode] = field(default_factory=dict)
+    already_present: list[str] = field(default_factory=list)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _parse(model: type[R], request: object) -> R:
+    """Build a request model from a model, a mapping or JSON text (raising ValidationError)."""
+    if isinstance(request, model):
+        return request
+    if isinstance(request, str | bytes | bytearray):
+        return model.model_validate_json(request)
+    return model.model_validate(request)
+
+
+def _parse_failure(error: ValidationError | ValueError) -> tuple[RejectionReason, str]:
+    """Map a malformed request to INVALID_PATH or VALIDATION_FAILED, naming the field."""
+    if not isinstance(error, ValidationError):
+        return RejectionReason.VALIDATION_FAILED, f"malformed request: {error}"
+    problems = []
+    reason = RejectionReason.VALIDATION_FAILED
+    for item in error.errors(include_url=False):
+        location = ".".join(str(part) for part in item["loc"]) or "request"
+        if item["loc"] and item["loc"][-1] in {"path", "source", "target"}:
+            reason = RejectionReason.INVALID_PATH
+        if item["type"] == "json_invalid":
+            problems.append(f"request is not valid JSON: {item['msg']}")
+        else:
+            problems.append(f"{location}: {item['msg']}")
+    return reason, "; ".join(problems)
+
+
+def _request_id_of(request: object) -> str:
+    if isinstance(request, Mapping):
+        value = request.get("request_id")
+        if isinstance(value, str) and value:
+            return value
+    if isinstance(request, str | bytes | bytearray):
+        try:
+            data = json.loads(request)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            return _request_id_of(data)
+    return "unknown"
+
+
+class Mesh:
+    """Node operations over a store, each answering exactly once and honestly.
+
+    Args:
+        store: where nodes live (an :class:`~rxmesh.providers.InMemoryStore` by default).
+        policy: who may do what (default :class:`~rxmesh.mesh.GrantPolicy`).
+        validators: content rules run before any write.
+        ledger: where UNAVAILABLE creates are recorded for one re-issue (default: a new
+            :class:`~rxmesh.ledger.PendingWriteLedger`, journaled when
+            ``RXMESH_PENDING_WRITES_DIR`` is set).
+        scheduler: the scheduler of the retry ladder's timers (default: the running loop's).
+        node_types: resolves node types and validates content (default: any type accepted).
+        retry_delays: the retry ladder (default 250/500/1000 ms).
+        record_pending_writes: whether the unreachable arm records intents (on by default).
+
+    Example:
+        >>> from rxmesh import Mesh, MeshNode
+        >>> from rxmesh.providers import InMemoryStore
+        >>> mesh = Mesh(InMemoryStore())
+    """
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        policy: AccessPolicy | None = None,
+        validators: Sequence[Validator] = (),
+        ledger: PendingWriteLedger | None = None,
+        scheduler: abc.SchedulerBase | None = None,
+        node_types: NodeTypeValidator | None = None,
+        retry_delays: Sequence[float] = DEFAULT_RETRY_DELAYS,
+        record_pending_writes: bool = True,
+    ) -> None:
+        if store is None:
+            from rxmesh.providers.memory import InMemoryStore
+
+            store = InMemoryStore()
+        for index, validator in enumerate(validators):
+            if not callable(validator):
+                raise TypeError(f"validators[{index}] must be callable, got {validator!r}")
+        self.store: Store = store
+        self.policy: AccessPolicy = policy if policy is not None else GrantPolicy()
+        self.validators: tuple[Validator, ...] = tuple(validators)
+        self.ledger: PendingWriteLedger = ledger if ledger is not None else PendingWriteLedger()
+        self.node_types = node_types
+        self.record_pending_writes = record_pending_writes
+        self._scheduler = scheduler
+        self._retry = retry_transient_connect(tuple(retry_delays), scheduler=scheduler)
+        self._created: Subject[MeshNode] = Subject()
+        self._disposed = False
+
+    # ------------------------------------------------------------------ plumbing
+
+    @property
+    def created(self) -> Observable[MeshNode]:
+        """Hot stream of nodes this mesh created (published after the write)."""
+        return self._created
+
+    def dispose(self) -> None:
+        """Stop answering: later operations error with :class:`MeshDisposedError`."""
+        self._disposed = True
+        self._created.on_completed()
+
+    def _check_open(self) -> None:
+        if self._disposed:
+            raise MeshDisposedError("the mesh was disposed")
+
+    async def _ask(self, source: Observable[T]) -> T:
+        """One store call through the retry ladder (the only place the mesh retries)."""
+        return await first_value(source.pipe(self._retry))
+
+    def query(self, query: NodeQuery) -> Observable[QueryFrame]:
+        """A live query straight from the store, behind the retry ladder."""
+        self._check_open()
+        return self.store.query(query).pipe(self._retry)
+
+    def _answer_once(
+        self,
+        run: Callable[[], Awaitable[R]],
+        on_fault: Callable[[BaseException], R],
+        backstop: Callable[[], R],
+    ) -> Observable[R]:
+        """Run ``run`` per subscription; answer exactly one item, classified on any fault."""
+
+        def subscribe(
+            observer: abc.ObserverBase[R], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            answered = False
+
+            def answer(response: R) -> None:
+                nonlocal answered
+                if answered:
+                    return
+                answered = True
+                observer.on_next(response)
+                observer.on_completed()
+
+            def on_error(exc: Exception) -> None:
+                answer(on_fault(exc))
+
+            def on_completed() -> None:
+                if not answered:
+                    answer(backstop())
+
+            subscription = from_async(run).subscribe(answer, on_error, on_completed)
+            return Disposable(subscription.dispose)
+
+        return Observable(subscribe)
+
+    def _requester(self, access: AccessContext | None, node: MeshNode | None) -> AccessContext:
+        if access is not None:
+            return access
+        if node is not None and node.created_by:
+            return AccessContext(user=node.created_by)
+        raise NodeAccessDeniedError(
+            "the request names no requester (neither access nor node.created_by)"
+        )
+
+    def _fail_fast(self, node: MeshNode, access: AccessContext | None) -> None:
+        """Checks that need no store: path (reserved segments are the system's), type/content
+        presence, content size."""
+        is_system = access is not None and access.is_system
+        validate_path(node.path, allow_reserved=is_system)
+        if node.node_type is None and node.content is None:
+            raise NodeValidationError(
+                f"node '{node.path}' has neither a node_type nor content", path=node.path
+            )
+        if node.content is not None:
+            size = len(json.dumps(node.content, ensure_ascii=False).encode())
+            if size > MAX_CONTENT_BYTES:
+                raise NodeValidationError(
+                    f"node '{node.path}': content is {size} bytes; at most {MAX_CONTENT_BYTES}",
+                    path=node.path,
+                )
+
+    def _validate_content(self, node: MeshNode, access: AccessContext) -> None:
+        for validator in self.validators:
+            validator(node, access)
+        if self.node_types is not None and node.node_type is not None:
+            self.node_types.validate(node)
+
+    # ------------------------------------------------------------------ partitions
+
+    async def _facts(self, partition: str, user: str) -> PartitionFacts:
+        """Root, grant and ownership record, read together; every read fault propagates."""
+        root, grant, owner = await asyncio.gather(
+            self._ask(self.store.read(partition)),
+            self._ask(self.store.read(grant_path(partition, user))),
+            self._ask(self.store.read(owner_path(partition))),
+        )
+        return PartitionFacts(partition, root, grant, owner)
+
+    async def _write_system(self, node: MeshNode) -> None:
+        """Write a system record; a record already there counts as success (a heal race)."""
+        stamped = node.model_copy(
+            update={"created_by": SYSTEM_USER, "created_at": _now(), "version": 1}
+        )
+        try:
+            await self._ask(self.store.write(stamped))
+        except StoreConflictError:
+            logger.bind(path=node.path).debug("system record '{}' already exists", node.path)
+
+    async def _bootstrap(
+        self, partition: str, access: AccessContext, verb: str, *, creating: str | None, heal: bool
+    ) -> PartitionFacts:
+        """Read the partition's facts and heal a clean absence; never heal on a failed read.
+
+        Raises :class:`NodeAccessDeniedError` when the policy refuses ``verb``.
+        """
+        facts = await self._facts(partition, access.user)
+        if facts.is_new:
+            if not self.policy.may_open_partition(access, partition):
+                raise NodeAccessDeniedError(
+                    f"'{access.user}' may not open the new partition '{partition}'",
+                    path=creating,
+                )
+            if not heal:
+                return facts
+            await self._write_system(
+                MeshNode(
+                    path=owner_path(partition), node_type="Owner", content={"owner": access.user}
+                )
+            )
+            facts = PartitionFacts(
+                partition,
+                None,
+                facts.grant,
+                MeshNode(path=owner_path(partition), content={"owner": access.user}),
+            )
+        if not self.policy.may(access, verb, facts):
+            raise NodeAccessDeniedError(
+                f"'{access.user}' holds no grant to {verb} in partition '{partition}'",
+                path=creating,
+            )
+        if not heal:
+            return facts
+        if facts.root is None and creating != partition:
+            await self._write_system(MeshNode(path=partition, node_type="Partition", content={}))
+        if facts.grant is None and not facts.system_owned and not access.is_system:
+            await self._write_system(
+                MeshNode(
+                    path=grant_path(partition, access.user),
+                    node_type="Grant",
+                    content={"permissions": ["*"]},
+                )
+            )
+        return facts
+
+    # ------------------------------------------------------------------ pending writes
+
+    def _record(
+        self,
+        node: MeshNode,
+        access: AccessContext | None,
+        request_id: str,
+        origin: Literal["create", "create_nodes"],
+    ) -> str:
+        """Record an UNAVAILABLE create for one re-issue; returns text to add to the answer."""
+        if not self.record_pending_writes:
+            return ""
+        requester = access.user if access is not None else (node.created_by or "unknown")
+        intent = PendingWrite(
+            node=node, requester=requester, access=access, request_id=request_id, origin=origin
+        )
+        try:
+            self.ledger.record(intent)
+        except (OSError, JournalError) as exc:
+            logger.bind(event="journal_failed", path=node.path).opt(exception=exc).error(
+                "pending write for '{}' could NOT be journaled: {}", node.path, exc
+            )
+            return f" The pending write could NOT be journaled ({exc}); it will not be re-issued."
+        return ""
+
+    # ------------------------------------------------------------------ create
+
+    def create_node(
+        self, request: CreateNodeRequest | Mapping[str, Any] | str | bytes
+    ) -> Observable[CreateNodeResponse]:
+        """Create one node; the observable answers exactly one :class:`CreateNodeResponse`.
+
+        A classified failure is an answer, never an error. A malformed request (a mapping or JSON
+        text that does not validate) is answered INVALID_PATH / VALIDATION_FAILED naming the field.
+        """
+        self._check_open()
+        try:
+            req = _parse(CreateNodeRequest, request)
+        except (ValidationError, ValueError) as exc:
+            reason, text = _parse_failure(exc)
+            return self._immediate(CreateNodeResponse.fail(_request_id_of(request), reason, text))
+
+        access = req.access
+        operation = f"Node creation at '{req.node.path}'"
+
+        def on_fault(exc: BaseException) -> CreateNodeResponse:
+            verdict = self._judge(exc, operation, "creating", req.node.path)
+            error = verdict.error
+            if verdict.unreachable and not req.reissued_after_unavailable:
+                error += self._record(
+                    req.node, access or self._maybe(req), req.request_id, "create"
+                )
+            return CreateNodeResponse.fail(req.request_id, verdict.reason, error)
+
+        def backstop() -> CreateNodeResponse:
+            return CreateNodeResponse.fail(
+                req.request_id, RejectionReason.UNKNOWN, f"{operation} completed without an answer"
+            )
+
+        async def run() -> CreateNodeResponse:
+            node = await self._create_one(req)
+            self._created.on_next(node)
+            return CreateNodeResponse.created(req.request_id, node)
+
+        return self._answer_once(run, on_fault, backstop)
+
+    def _maybe(self, req: CreateNodeRequest) -> AccessContext | None:
+        try:
+            return self._requester(req.access, req.node)
+        except NodeAccessDeniedError:
+            return None
+
+    def _immediate(self, response: R) -> Observable[R]:
+        async def run() -> R:
+            return response
+
+        return self._answer_once(run, lambda exc: response, lambda: response)
+
+    def _judge(self, exc: BaseException, operation: str, doing: str, path: str) -> Judgement:
+        return judge(exc, operation=operation, doing=doing, path=path, store=self.store.name)
+
+    async def _create_one(self, req: CreateNodeRequest) -> MeshNode:
+        node = req.node
+        validate_path(node.path)
+        access = self._requester(req.access, node)
+        self._fail_fast(node, access)
+        existing = await self._ask(self.store.read(node.path))
+        if existing is not None:
+            if existing.request_id == req.request_id:
+                return existing  # an ambiguous commit that did land: this request created it
+            raise NodeExistsError(f"a node already exists at '{node.path}'", path=node.path)
+        # Content rules need no store; run them first so bad input writes nothing (not even a
+        # partition heal), but let a permission refusal outrank them, as the chain's order says.
+        content_error: NodeValidationError | None = None
+        try:
+            self._validate_content(node, access)
+        except NodeValidationError as exc:
+            content_error = exc
+        await self._bootstrap(
+            node.partition, access, "create", creating=node.path, heal=content_error is None
+        )
+        if content_error is not None:
+            raise content_error
+        stamped = node.model_copy(
+            update={
+                "created_by": access.user,
+                "created_at": _now(),
+                "version": max(1, node.version),
+                "request_id": req.request_id,
+            }
+        )
+        try:
+            return await self._ask(self.store.write(stamped))
+        except StoreConflictError as exc:
+            raise NodeExistsError(
+                f"a node already exists at '{node.path}' (written by another request)",
+                path=node.path,
+            ) from exc
+
+    async def create(self, node: MeshNode, *, access: AccessContext | None = None) -> MeshNode:
+        """Create ``node`` and return it as stored, or raise one exception type per reason.
+
+        Raises:
+            StoreUnavailableError: UNAVAILABLE (re-issue the same node is meaningful).
+            NodeExistsError, NodeAccessDeniedError, InvalidPathError, InvalidNodeTypeError,
+            NodeValidationError: the request was judged.
+            NodeOperationError: UNKNOWN.
+        """
+        response = await first_value(self.create_node(CreateNodeRequest(node=node, access=access)))
+        if response.success and response.node is not None:
+            return response.node
+        raise error_for(response.rejection_reason, response.error, node.path)
+
+    # ------------------------------------------------------------------ bulk create
+
+    def create_nodes(
+        self, request: CreateNodesRequest | Mapping[str, Any] | str | bytes
+    ) -> Observable[CreateNodesResponse]:
+        """Create many nodes in windows; the observable answers exactly one response.
+
+        Phases: (0) duplicates and invalid entries refuse the batch naming the first offender;
+        (1) one batched existence read, existing paths skipped and reported; (2) bootstrap once per
+        partition; (3) validate every node; (4) write in windows, each its own transaction.
+        """
+        self._check_open()
+        try:
+            req = _parse(CreateNodesRequest, request)
+        except (ValidationError, ValueError) as exc:
+            reason, text = _parse_failure(exc)
+            return self._immediate(
+                CreateNodesResponse(
+                    request_id=_request_id_of(request),
+                    success=False,
+                    rejection_reason=reason,
+                    error=text,
+                )
+            )
+        refusal = self._bulk_phase0(req)
+        if refusal is not None:
+            return self._immediate(refusal)
+        state = _BulkState()
+        operation = f"Bulk creation of {len(req.nodes)} node(s)"
+
+        async def run() -> CreateNodesResponse:
+            try:
+                return await self._bulk(req, state)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # the subscriber left: nobody to answer
+                return await self._bulk_fault(req, state, operation, asyncio.CancelledError())
+            except Exception as exc:  # noqa: BLE001 - classified and answered, never dropped
+                return await self._bulk_fault(req, state, operation, exc)
+
+        def on_fault(exc: BaseException) -> CreateNodesResponse:
+            return self._bulk_answer(req, state, operation, exc)
+
+        def backstop() -> CreateNodesResponse:
+            return CreateNodesResponse(
+                request_id=req.request_id,
+                success=False,
+                rejection_reason=RejectionReason.UNKNOWN,
+                error=f"{operation} completed without an answer",
+            )
+
+        return self._answer_once(run, on_fault, backstop)
+
+    def _bulk_phase0(self, req: CreateNodesRequest) -> CreateNodesResponse | None:
+        seen: set[str] = set()
+        for node in req.nodes:
+            if node.path in seen:
+                return CreateNodesResponse(
+                    request_id=req.request_id,
+                    success=False,
+                    rejection_reason=RejectionReason.INVALID_PATH,
+                    error=f"path '{node.path}' appears more than once in the batch",
+                )
+            seen.add(node.path)
+        access = req.access
+        if access is None and req.nodes[0].created_by:
+            access = AccessContext(user=req.nodes[0].created_by)
+        for node in req.nodes:
+            try:
+                self._fail_fast(node, access)
+            except NodeValidationError as exc:
+                reason = (
+                    RejectionReason.INVALID_PATH
+                    if isinstance(exc, InvalidPathError)
+                    else RejectionReason.VALIDATION_FAILED
+                )
+                return CreateNodesResponse(
+                    request_id=req.request_id,
+                    success=False,
+                    rejection_reason=reason,
+                    error=f"first invalid entry '{node.path}': {exc}",
+                )
+        return None
+
+    async def _bulk(self, req: CreateNodesRequest, state: _BulkState) -> CreateNodesResponse:
+        first = req.nodes[0]
+        access = self._requester(req.access, first)
+        paths = [node.path for node in req.nodes]
+        present = await self._ask(self.store.read_many(paths))
+        todo: list[MeshNode] = []
+        for node in req.nodes:
+            existing = present.get(node.path)
+            if existing is None:
+                todo.append(node)
+            elif existing.request_id == req.request_id:
+                state.landed[node.path] = existing  # landed by this very request earlier
+            else:
+                state.already_present.append(node.path)
+        for partition in sorted({node.partition for node in todo}):
+            await self._bootstrap(partition, access, "create", creating=None, heal=True)
+        for node in todo:
+            try:
+                self._validate_content(node, access)
+            except NodeValidationError as exc:
+                raise type(exc)(f"entry '{node.path}': {exc}", path=node.path) from exc
+        now = _now()
+        stamped = [
+            node.model_copy(
+                update={
+                    "created_by": access.user,
+                    "created_at": now,
+                    "version": max(1, node.version),
+                    "request_id": req.request_id,
+                }
+            )
+            for node in todo
+        ]
+        by_path = {node.path: node for node in stamped}
+        state.attempted = stamped
+        if stamped:
+            state.write_started = True
+            await self._drain(
+                self.store.write_many(stamped, req.window).pipe(self._retry),
+                lambda window: state.landed.update({p: by_path[p] for p in window.paths}),
+            )
+        unsettled = [p for p in by_path if p not in state.landed]
+        if unsettled:
+            # Rows skipped by ON CONFLICT: ours (an ambiguous commit) or someone else's.
+            found = await self._ask(self.store.read_many(unsettled))
+            for path in unsettled:
+                row = found.get(path)
+                if row is not None and row.request_id == req.request_id:
+                    state.landed[path] = row
+                else:
+                    state.already_present.append(path)
+        created = tuple(state.landed[p] for p in paths if p in state.landed)
+        for node in created:
+            self._created.on_next(node)
+        return CreateNodesResponse(
+            request_id=req.request_id,
+            success=True,
+            created=created,
+            already_present=tuple(state.already_present),
+        )
+
+    async def _drain(self, source: Observable[T], on_item: Callable[[T], None]) -> None:
+        """Subscribe to ``source`` until it completes, calling ``on_item`` for each item."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def on_error(exc: Exception) -> None:
+            if not done.done():
+                done.set_exception(exc)
+
+        def on_completed() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        subscription = source.subscribe(on_item, on_error, on_completed)
+        try:
+            await done
+        finally:
+            subscription.dispose()
+
+    async def _bulk_fault(
+        self, req: CreateNodesRequest, state: _BulkState, operation: str, exc: BaseException
+    ) -> CreateNodesResponse:
+        """Arm 0: once a write had started, probe which attempted paths are present now."""
+        if state.write_started:
+            unsettled = [n.path for n in state.attempted if n.path not in state.landed]
+            if unsettled:
+                try:
+                    # No retry here: a terminal arm never retries; a failing probe finds nothing.
+                    found = await first_value(self.store.read_many(unsettled))
+                except Exception as probe_error:  # noqa: BLE001 - reported, counts as none found
+                    logger.bind(event="probe_failed").warning(
+                        "landed-probe after a failed bulk write failed ({}): counting none found",
+                        probe_error,
+                    )
+                    found = {}
+                for path in unsettled:
+                    row = found.get(path)
+                    if row is not None and row.request_id == req.request_id:
+                        state.landed[path] = row
+        return self._bulk_answer(req, state, operation, exc)
+
+    def _bulk_answer(
+        self, req: CreateNodesRequest, state: _BulkState, operation: str, exc: BaseException
+    ) -> CreateNodesResponse:
+        landed = tuple(n for n in req.nodes if n.path in state.landed)
+        landed_rows = tuple(state.landed[n.path] for n in landed)
+        not_created = tuple(
+            n
+            for n in req.nodes
+            if n.path not in state.landed and n.path not in state.already_present
+        )
+        unreachable = is_store_unreachable(exc)
+        journal_note = ""
+        if unreachable and not req.reissued_after_unavailable:
+            access = req.access or self._maybe(CreateNodeRequest(node=req.nodes[0]))
+            for node in not_created:
+                journal_note = (
+                    self._record(node, access, req.request_id, "create_nodes") or journal_note
+                )
+        if landed:
+            logger.bind(
+                event="partial_landing",
+                store=self.store.name,
+                created=len(landed),
+                not_created=len(not_created),
+                error_type=type(exc).__name__,
+            ).error(
+                "{} PARTIALLY LANDED: {} created, {} not created, after {}: {}",
+                operation,
+                len(landed),
+                len(not_created),
+                type(exc).__name__,
+                exc,
+            )
+            return CreateNodesResponse(
+                request_id=req.request_id,
+                success=False,
+                created=landed_rows,
+                already_present=tuple(state.already_present),
+                not_created=not_created,
+                rejection_reason=RejectionReason.UNKNOWN,
+                error=(
+                    f"{operation} partially landed: {len(landed)} created, {len(not_created)} "
+                    f"not created ({type(exc).__name__}: {exc}). "
+                    + describe_may_have_partially_landed(operation)
+                    + journal_note
+                ),
+            )
+        verdict = self._judge(exc, operation, "bulk-creating", req.nodes[0].path)
+        error = verdict.error
+        if verdict.unreachable and state.write_started:
+            error = describe_may_have_partially_landed(operation)
+        return CreateNodesResponse(
+            request_id=req.request_id,
+            success=False,
+            already_present=tuple(state.already_present),
+            not_created=not_created,
+            rejection_reason=verdict.reason,
+            error=error + (journal_note if verdict.unreachable else ""),
+        )
+
+    # ------------------------------------------------------------------ update / delete / move
+
+    def _verb(
+        self,
+        request_id: str,
+        operation: str,
+        doing: str,
+        path: str,
+        run: Callable[[], Awaitable[MeshNode | None]],
+    ) -> Observable[NodeOperationResponse]:
+        def on_fault(exc: BaseException) -> NodeOperationResponse:
+            verdict = self._judge(exc, operation, doing, path)
+            return NodeOperationResponse(
+                request_id=request_id,
+                success=False,
+                rejection_reason=verdict.reason,
+                error=verdict.error,
+            )
+
+        def backstop() -> NodeOperationResponse:
+            return NodeOperationResponse(
+                request_id=request_id,
+                success=False,
+                rejection_reason=RejectionReason.UNKNOWN,
+                error=f"{operation} completed without an answer",
+            )
+
+        async def answer() -> NodeOperationResponse:
+            node = await run()
+            return NodeOperationResponse(request_id=request_id, success=True, node=node)
+
+        return self._answer_once(answer, on_fault, backstop)
+
+    def update_node(
+        self, request: UpdateNodeRequest | Mapping[str, Any] | str | bytes
+    ) -> Observable[NodeOperationResponse]:
+        """Replace the type/content of an existing node; answers one response."""
+        self._check_open()
+        try:
+            req = _parse(UpdateNodeRequest, request)
+        except (ValidationError, ValueError) as exc:
+            return self._refused(request, exc)
+        node = req.node
+
+        async def run() -> MeshNode | None:
+            validate_path(node.path)
+            access = self._requester(req.access, node)
+            self._fail_fast(node, access)
+            existing = await self._ask(self.store.read(node.path))
+            if existing is None:
+                raise NodeValidationError(f"no node at '{node.path}' to update", path=node.path)
+            await self._bootstrap(node.partition, access, "update", creating=node.path, heal=False)
+            self._validate_content(node, access)
+            updated = await self._ask(self.store.update(node))
+            if updated is None:
+                raise NodeValidationError(f"no node at '{node.path}' to update", path=node.path)
+            return updated
+
+        return self._verb(
+            req.request_id, f"Node update at '{node.path}'", "updating", node.path, run
+        )
+
+    def delete_node(
+        self, request: DeleteNodeRequest | Mapping[str, Any] | str | bytes
+    ) -> Observable[NodeOperationResponse]:
+        """Delete a node (not its children); answers one response."""
+        self._check_open()
+        try:
+            req = _parse(DeleteNodeRequest, request)
+        except (ValidationError, ValueError) as exc:
+            return self._refused(request, exc)
+        path = req.path
+
+        async def run() -> MeshNode | None:
+            access = self._requester(req.access, None)
+            validate_path(path, allow_reserved=access.is_system)
+            await self._bootstrap(partition_of(path), access, "delete", creating=path, heal=False)
+            if not await self._ask(self.store.delete(path)):
+                raise NodeValidationError(f"no node at '{path}' to delete", path=path)
+            return None
+
+        return self._verb(req.request_id, f"Node deletion at '{path}'", "deleting", path, run)
+
+    def move_node(
+        self, request: MoveNodeRequest | Mapping[str, Any] | str | bytes
+    ) -> Observable[NodeOperationResponse]:
+        """Move a node to a free path; answers one response."""
+        self._check_open()
+        try:
+            req = _parse(MoveNodeRequest, request)
+        except (ValidationError, ValueError) as exc:
+            return self._refused(request, exc)
+        source, target = req.source, req.target
+
+        async def run() -> MeshNode | None:
+            access = self._requester(req.access, None)
+            validate_path(source, allow_reserved=access.is_system)
+            validate_path(target, allow_reserved=access.is_system)
+            for partition in sorted({partition_of(source), partition_of(target)}):
+                heal = partition == partition_of(target) and partition != partition_of(source)
+                await self._bootstrap(partition, access, "move", creating=target, heal=heal)
+            try:
+                moved = await self._ask(self.store.move(source, target))
+            except StoreConflictError as exc:
+                raise NodeExistsError(f"a node already exists at '{target}'", path=target) from exc
+            if moved is None:
+                raise NodeValidationError(f"no node at '{source}' to move", path=source)
+            return moved
+
+        return self._verb(
+            req.request_id, f"Node move from '{source}' to '{target}'", "moving", source, run
+        )
+
+    def _refused(
+        self, request: object, exc: ValidationError | ValueError
+    ) -> Observable[NodeOperationResponse]:
+        reason, text = _parse_failure(exc)
+        return self._immediate(
+            NodeOperationResponse(
+                request_id=_request_id_of(request),
+                success=False,
+                rejection_reason=reason,
+                error=text,
+            )
+        )
+
+    async def _in_process(
+        self, source: Observable[NodeOperationResponse], path: str
+    ) -> MeshNode | None:
+        response = await first_value(source)
+        if response.success:
+            return response.node
+        raise error_for(response.rejection_reason, response.error, path)
+
+    async def update(self, node: MeshNode, *, access: AccessContext | None = None) -> MeshNode:
+        """Update ``node`` in place and return it as stored; raises one type per reason."""
+        result = await self._in_process(
+            self.update_node(UpdateNodeRequest(node=node, access=access)), node.path
+        )
+        assert result is not None  # a successful update always carries the node
+        return result
+
+    async def delete(self, path: str, *, access: AccessContext | None = None) -> None:
+        """Delete the node at ``path``; raises one exception type per reason."""
+        await self._in_process(self.delete_node(DeleteNodeRequest(path=path, access=access)), path)
+
+    async def move(
+        self, source: str, target: str, *, access: AccessContext | None = None
+    ) -> MeshNode:
+        """Move the node at ``source`` to ``target``; raises one exception type per reason."""
+        result = await self._in_process(
+            self.move_node(MoveNodeRequest(source=source, target=target, access=access)), source
+        )
+        assert result is not None  # a successful move always carries the node
+        return result
