@@ -1,0 +1,216 @@
+"""Three real processes over NATS: client (this test) -> forwarding hub -> build coordinator.
+
+The coordinator is paused with SIGSTOP during a claim: the forwarding hub answers the FAILED
+"Response did not arrive on time" NACK, the client retries, and after SIGCONT it gets the SAME
+claim (the timed-out ask landed too). With the coordinator gone for good (paused and never
+continued) the witness door decides; a coordinator that is killed is a NOT_FOUND verdict instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reactivex.scheduler.eventloop import AsyncIOScheduler
+
+from rxmesh.exceptions import (
+    BuildCoordinationUnreachableError,
+    DeliveryErrorType,
+    DeliveryFailure,
+)
+from rxmesh.messaging import (
+    BuildClaim,
+    BuildClaimRequest,
+    InMemoryBuildWitness,
+    MessageHub,
+    NatsTransport,
+    Router,
+    WitnessVerdict,
+    claim_build,
+)
+from tests.messaging._nats_node import GATEWAY_ADDRESS
+
+pytestmark = pytest.mark.nats
+
+ROOT = Path(__file__).resolve().parents[2]
+FORWARD_TIMEOUT = 0.5
+BACKOFF = (0.5, 1.0)
+CLIENT_TIMEOUT = 3.0  # longer than the hop's bound: the hop's NACK arrives first
+BOUND = 15.0
+FORWARD_TEXT = re.compile(
+    r"Delivery to 'admin/build' failed: Response did not arrive on time in 0\.5s for message "
+    r"rxmesh\.build\.BuildClaimRequest \([0-9a-f]{32}\)"
+)
+
+
+@asynccontextmanager
+async def node(role: str, url: str, prefix: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A hub process; ready once it printed READY; always reaped (continued, then ended)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.messaging._nats_node",
+        role,
+        url,
+        prefix,
+        str(FORWARD_TIMEOUT),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), BOUND)
+        assert line.strip() == b"READY", f"{role} did not start: {line!r}"
+        yield process
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            process.send_signal(signal.SIGCONT)  # a stopped process acts on SIGTERM only then
+            try:
+                await asyncio.wait_for(process.wait(), 5.0)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+@asynccontextmanager
+async def mesh(nats_url: str) -> AsyncIterator[tuple[Any, MessageHub]]:
+    """The coordinator and gateway processes, and this process's client hub."""
+    prefix = f"rxmesh-test.{uuid.uuid4().hex}"
+    async with AsyncExitStack() as stack:
+        coordinator, _gateway = await asyncio.gather(
+            stack.enter_async_context(node("coordinator", nats_url, prefix)),
+            stack.enter_async_context(node("gateway", nats_url, prefix)),
+        )
+        transport = await NatsTransport.connect(nats_url, subject_prefix=prefix)
+        router = Router(transport, routes={"admin/build": GATEWAY_ADDRESS})
+        stack.push_async_callback(router.close)
+        yield coordinator, MessageHub("pod-a", router)
+
+
+def local_decision(error: BuildCoordinationUnreachableError) -> bool:
+    raise AssertionError("the witness had a verdict; no local decision was expected")
+
+
+async def test_a_paused_coordinator_is_retried_and_answers_the_same_claim(nats_url: str) -> None:
+    witness = InMemoryBuildWitness({"build-1": WitnessVerdict.NO_GO})
+    async with mesh(nats_url) as (coordinator, client):
+        warm = await asyncio.wait_for(
+            client.ask(
+                "admin/build",
+                BuildClaimRequest(fingerprint="warm", holder="pod-a"),
+                CLIENT_TIMEOUT,
+                response_type=BuildClaim,
+            ),
+            BOUND,
+        )
+        assert warm.granted
+
+        retried: list[Exception] = []
+
+        def on_retry(error: Exception, attempt: int, delay: float) -> None:
+            retried.append(error)
+            coordinator.send_signal(signal.SIGCONT)
+
+        coordinator.send_signal(signal.SIGSTOP)
+        loop = asyncio.get_running_loop()
+        decision = await asyncio.wait_for(
+            claim_build(
+                client,
+                "build-1",
+                "pod-a",
+                witness=witness,
+                decide_locally=local_decision,
+                timeout=CLIENT_TIMEOUT,
+                backoff=BACKOFF,
+                scheduler=AsyncIOScheduler(loop),
+                on_retry=on_retry,
+            ),
+            BOUND,
+        )
+
+        [nack] = retried
+        assert isinstance(nack, DeliveryFailure)
+        assert nack.error_type is DeliveryErrorType.FAILED
+        assert FORWARD_TEXT.fullmatch(nack.message)
+        assert decision.decided_by == "coordinator"
+        assert decision.proceed
+        claim = decision.claim
+        assert claim is not None
+        assert claim.granted
+        assert claim.asks == 2  # the timed-out ask landed after SIGCONT, then the retry
+        assert witness.asked == []
+
+        again = await asyncio.wait_for(
+            client.ask(
+                "admin/build",
+                BuildClaimRequest(fingerprint="build-1", holder="pod-a"),
+                CLIENT_TIMEOUT,
+                response_type=BuildClaim,
+            ),
+            BOUND,
+        )
+        assert again.claim_id == claim.claim_id
+        assert again.asks == 3
+
+
+async def test_with_the_coordinator_gone_for_good_the_witness_decides(
+    nats_url: str, log_records: list[dict[str, Any]]
+) -> None:
+    witness = InMemoryBuildWitness(
+        {"build-go": WitnessVerdict.GO, "build-no-go": WitnessVerdict.NO_GO}
+    )
+    async with mesh(nats_url) as (coordinator, client):
+        coordinator.send_signal(signal.SIGSTOP)  # never continued: it will not answer again
+        loop = asyncio.get_running_loop()
+
+        def claim(fingerprint: str) -> Any:
+            return claim_build(
+                client,
+                fingerprint,
+                "pod-a",
+                witness=witness,
+                decide_locally=local_decision,
+                timeout=CLIENT_TIMEOUT,
+                backoff=BACKOFF,
+                scheduler=AsyncIOScheduler(loop),
+            )
+
+        started = loop.time()
+        go, no_go = await asyncio.wait_for(
+            asyncio.gather(claim("build-go"), claim("build-no-go"), return_exceptions=True),
+            BOUND,
+        )
+        elapsed = loop.time() - started
+
+        assert not isinstance(go, BaseException)
+        assert go.proceed
+        assert go.decided_by == "witness"
+        assert any(
+            r["level"] == "WARNING" and "durable witness's GO" in r["message"] for r in log_records
+        )
+        assert isinstance(no_go, BuildCoordinationUnreachableError)
+        assert isinstance(no_go.__cause__, DeliveryFailure)
+        assert FORWARD_TEXT.fullmatch(no_go.__cause__.message)
+        assert "3 attempt" in str(no_go)
+        assert any(r["level"] == "ERROR" and "admin/build" in r["message"] for r in log_records)
+        assert sorted(witness.asked) == ["build-go", "build-no-go"]
+        # 3 hop timeouts of 0.5 s plus backoffs of 0.5 s and 1.0 s.
+        assert 3 * FORWARD_TIMEOUT + sum(BACKOFF) - 0.1 <= elapsed < 3 * CLIENT_TIMEOUT
+
+        # Killed instead of paused: NATS says "no responders", a NOT_FOUND verdict. It is not
+        # retried and the witness is not asked (SPEC §9: a verdict NACK surfaces unchanged).
+        coordinator.kill()
+        await asyncio.wait_for(coordinator.wait(), BOUND)
+        with pytest.raises(DeliveryFailure) as caught:
+            await asyncio.wait_for(claim("build-after-kill"), BOUND)
+        assert caught.value.error_type is DeliveryErrorType.NOT_FOUND
+        assert "build-after-kill" not in witness.asked
