@@ -16,7 +16,7 @@ T0 = 1_700_000_000.0
 def _template() -> dict[str, Any]:
     """One record exactly as loguru's serialize=True writes it (produced, not hand-written)."""
     stream = io.StringIO()
-    sink = logger.add(stream, serialize=True, level="DEBUG", filter=lambda r: r["extra"].get("tpl"))
+    sink = logger.add(stream, serialize=True, level="DEBUG", filter=lambda r: "tpl" in r["extra"])
     try:
         logger.bind(tpl=True).info("template")
     finally:
