@@ -538,7 +538,11 @@ class PostgresStore:
     # ------------------------------------------------------------------ writes
 
     def write(self, node: MeshNode) -> Observable[MeshNode]:
-        """Insert ``node`` if its path is free; same request id already there = it landed."""
+        """Insert ``node`` (version ``max(1, node.version)``) if its path is free.
+
+        A row already there with the same request id is an ambiguous commit that landed: it is
+        emitted as if written now. Another request's row is a StoreConflictError.
+        """
         return from_async(lambda: self._write(node))
 
     async def _write(self, node: MeshNode) -> MeshNode:
@@ -556,7 +560,7 @@ class PostgresStore:
                 _content_text(node),
                 node.created_by,
                 node.created_at,
-                node.version,
+                max(1, node.version),
                 node.request_id,
             )
 
@@ -622,12 +626,10 @@ class PostgresStore:
             validate_path(node.path)
             by_partition.setdefault(node.partition, []).append(node)
         plan: list[Callable[[], Awaitable[WindowCommitted]]] = []
-        index = 0
         for partition, members in by_partition.items():
-            for start in range(0, len(members), window):
+            for index, start in enumerate(range(0, len(members), window)):
                 chunk = members[start : start + window]
                 plan.append(self._window_writer(partition, index, chunk))
-                index += 1
         return plan
 
     def _window_writer(
@@ -646,7 +648,7 @@ class PostgresStore:
             [_content_text(n) for n in chunk],
             [n.created_by for n in chunk],
             [n.created_at for n in chunk],
-            [n.version for n in chunk],
+            [max(1, n.version) for n in chunk],
             [n.request_id for n in chunk],
         )
 

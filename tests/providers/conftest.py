@@ -48,13 +48,20 @@ async def _memory_with_faults(request: pytest.FixtureRequest) -> AsyncIterator[S
 STORE_KINDS: dict[str, StoreFactory] = {
     "memory": _memory,
     "memory+faults": _memory_with_faults,
-    # "postgres": ...,          (owned by the PostgreSQL provider; see the module docstring)
-    # "postgres+faults": ...,
+    # The PostgreSQL provider's kinds (tests/postgres/kinds.py; imported lazily: it needs asyncpg).
+    "postgres": lambda request: __import__(
+        "tests.postgres.kinds", fromlist=["postgres_store"]
+    ).postgres_store(request),
+    "postgres+faults": lambda request: __import__(
+        "tests.postgres.kinds", fromlist=["postgres_store_with_faults"]
+    ).postgres_store_with_faults(request),
 }
 """Store kind id -> factory of an async context manager yielding a Store. Extend here."""
 
 SHARED_DATABASE_KINDS: dict[str, PairFactory] = {
-    # "postgres": ...,  two PostgresStore instances on one database (cross-instance change feed)
+    "postgres": lambda request: __import__(
+        "tests.postgres.kinds", fromlist=["postgres_pair"]
+    ).postgres_pair(request),
 }
 """Store kind id -> factory yielding two instances that share one database."""
 

@@ -1,0 +1,82 @@
+"""PostgreSQL store kinds for the contract suite, and helpers shared by the postgres tests.
+
+Each store gets a schema prefix of its own (``rxt<hex>_``), so tests on one shared database see
+only their own partitions (also for ``NodeQuery()`` over every partition), and its schemas are
+dropped on exit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import pytest
+
+from rxmesh.providers import Store
+from rxmesh.providers.postgres import PostgresStore, quote_identifier
+from rxmesh.testing import FaultInjectingStore
+
+__all__ = ["drop_schemas", "postgres_pair", "postgres_store", "postgres_store_with_faults"]
+
+
+def unique_prefix() -> str:
+    """A schema prefix no other test uses."""
+    return f"rxt{uuid.uuid4().hex[:10]}_"
+
+
+async def drop_schemas(dsn: str, prefix: str) -> None:
+    """Drop every schema whose name starts with ``prefix``."""
+    conn = await asyncpg.connect(dsn, timeout=5.0, command_timeout=10.0)
+    try:
+        names = await conn.fetch(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", prefix
+        )
+        for row in names:
+            await conn.execute(f"DROP SCHEMA IF EXISTS {quote_identifier(row[0])} CASCADE")
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
+async def started(dsn: str, prefix: str, **options: Any) -> AsyncIterator[PostgresStore]:
+    """A started store with ``prefix``; closed (not dropped) on exit."""
+    store = PostgresStore(dsn, schema_prefix=prefix, min_size=1, max_size=4, **options)
+    await store.start()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@asynccontextmanager
+async def postgres_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """The ``postgres`` contract kind: a fresh prefix on the shared server."""
+    dsn: str = request.getfixturevalue("pg_dsn")
+    prefix = unique_prefix()
+    try:
+        async with started(dsn, prefix) as store:
+            yield store
+    finally:
+        await drop_schemas(dsn, prefix)
+
+
+@asynccontextmanager
+async def postgres_store_with_faults(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """The ``postgres+faults`` contract kind: the same, behind a knob-less FaultInjectingStore."""
+    async with postgres_store(request) as store:
+        yield FaultInjectingStore(store)
+
+
+@asynccontextmanager
+async def postgres_pair(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Store, Store]]:
+    """Two PostgresStore instances on one database and one prefix (a cross-instance feed)."""
+    dsn: str = request.getfixturevalue("pg_dsn")
+    prefix = unique_prefix()
+    try:
+        async with started(dsn, prefix) as first, started(dsn, prefix) as second:
+            yield first, second
+    finally:
+        await drop_schemas(dsn, prefix)
