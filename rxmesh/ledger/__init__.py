@@ -1,0 +1,36 @@
+"""Pending writes: creates the store could not be reached for, re-issued once when it answers.
+
+The create's unreachable arm answers UNAVAILABLE and records a :class:`PendingWrite` in the
+mesh's :class:`PendingWriteLedger` (durably, in a private journal directory, when one is set).
+:class:`PendingWriteRecovery` re-issues every pending intent when the store shows it answers
+again (a declared change-feed gap, an announced commit) — never on a timer — and each settles as
+one :class:`~rxmesh.operations.Verdict`, published as a :class:`PendingWriteOutcome` on
+``ledger.outcomes``. See docs/pending-writes.md.
+"""
+
+from __future__ import annotations
+
+from rxmesh.ledger._journal import JournalError
+from rxmesh.ledger._ledger import JOURNAL_DIR_ENV, PendingWriteLedger
+from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
+from rxmesh.ledger._recovery import (
+    DEFAULT_MAX_CONCURRENT_REISSUES,
+    EvidenceSource,
+    PendingWriteRecovery,
+    ReissuingMesh,
+    outcome_of,
+)
+
+__all__ = [
+    "DEFAULT_MAX_CONCURRENT_REISSUES",
+    "JOURNAL_DIR_ENV",
+    "EvidenceSource",
+    "JournalError",
+    "LedgerStatistics",
+    "PendingWrite",
+    "PendingWriteLedger",
+    "PendingWriteOutcome",
+    "PendingWriteRecovery",
+    "ReissuingMesh",
+    "outcome_of",
+]

@@ -1,0 +1,103 @@
+"""The records of the pending-write ledger: an intent, its settled outcome, the ledger's figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rxmesh.model import AccessContext, MeshNode
+from rxmesh.operations import RejectionReason, Verdict
+
+__all__ = ["LedgerStatistics", "PendingWrite", "PendingWriteOutcome"]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class PendingWrite(BaseModel):
+    """An intent: a create the store could not be reached for, to be re-issued once (SPEC §5).
+
+    Args:
+        node: the node exactly as requested (same path, which is its id).
+        requester: the resolved user id the create was made for (named in logs, "the writer").
+        access: the :class:`AccessContext` the request was delivered with; the re-issue carries it,
+            so it is authorised exactly as the first attempt was.
+        request_id: the request's id; the re-issue keeps it, so a create that did land is
+            recognised as LANDED.
+        recorded_at: when the intent was recorded (UTC).
+        origin: which verb recorded it (``"create"`` now; ``"create_nodes"`` for the bulk arm).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: MeshNode
+    requester: str = Field(min_length=1, max_length=256)
+    access: AccessContext | None = None
+    request_id: str = Field(min_length=1, max_length=128)
+    recorded_at: datetime = Field(default_factory=_now)
+    origin: Literal["create", "create_nodes"] = "create"
+
+    @property
+    def path(self) -> str:
+        """The node's path: the ledger holds one intent per path."""
+        return self.node.path
+
+
+class PendingWriteOutcome(BaseModel):
+    """How one re-issued intent settled: exactly one :class:`Verdict`.
+
+    Args:
+        intent: the intent that was re-issued.
+        verdict: LANDED, ALREADY_PRESENT or DROPPED.
+        reason: the rejection reason of the re-issue's answer (``None`` when it landed).
+        detail: the answer's text, for logs and operators.
+        settled_at: when the verdict was reached (UTC).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    intent: PendingWrite
+    verdict: Verdict
+    reason: RejectionReason | None = None
+    detail: str = ""
+    settled_at: datetime = Field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStatistics:
+    """A snapshot of a :class:`~rxmesh.ledger.PendingWriteLedger`'s figures.
+
+    Attributes:
+        journal_dir: the journal directory, or ``None`` when intents live in memory only.
+        pending: intents recorded and not yet taken for re-issue.
+        in_flight: intents taken and not yet settled (their journal files still exist).
+        loaded: intents loaded from the journal when the ledger started.
+        recorded: intents recorded by this ledger (including replacements).
+        replaced: records that replaced an earlier intent for the same path.
+        taken: intents handed out by ``take_all``.
+        landed: settled LANDED.
+        already_present: settled ALREADY_PRESENT.
+        dropped: settled DROPPED.
+        quarantined: journal files moved aside as ``*.corrupt``.
+    """
+
+    journal_dir: str | None
+    pending: int
+    in_flight: int
+    loaded: int
+    recorded: int
+    replaced: int
+    taken: int
+    landed: int
+    already_present: int
+    dropped: int
+    quarantined: int
+
+    @property
+    def settled(self) -> int:
+        """Every verdict reached, whatever it was."""
+        return self.landed + self.already_present + self.dropped

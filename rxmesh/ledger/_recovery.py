@@ -1,0 +1,330 @@
+"""Re-issue pending writes when the store shows it answers again, once each (SPEC §5.2-3)."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from types import TracebackType
+from typing import Protocol
+
+from loguru import logger
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
+
+from rxmesh.exceptions import MeshDisposedError
+from rxmesh.ledger._journal import JournalError
+from rxmesh.ledger._ledger import PendingWriteLedger
+from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
+from rxmesh.model import StoreEvidence
+from rxmesh.operations import CreateNodeRequest, CreateNodeResponse, RejectionReason, Verdict
+
+__all__ = [
+    "DEFAULT_MAX_CONCURRENT_REISSUES",
+    "EvidenceSource",
+    "PendingWriteRecovery",
+    "ReissuingMesh",
+    "outcome_of",
+]
+
+DEFAULT_MAX_CONCURRENT_REISSUES = 32
+"""Re-issues in flight at once. A burst of thousands would exhaust a connection pool, and an
+exhausted pool answers UNAVAILABLE, which would DROP intents the store could have taken."""
+
+
+class EvidenceSource(Protocol):
+    """What the recovery needs of a store: its stream of "answers again" evidence."""
+
+    @property
+    def answers_again(self) -> Observable[StoreEvidence]:
+        """Hot stream of declared change-feed gaps and announced commits."""
+        ...
+
+
+class ReissuingMesh(Protocol):
+    """What the recovery needs of a mesh: its store's evidence and its single create."""
+
+    @property
+    def store(self) -> EvidenceSource:
+        """The mesh's store."""
+        ...
+
+    def create_node(self, request: CreateNodeRequest) -> Observable[CreateNodeResponse]:
+        """Answer ``request`` with exactly one response."""
+        ...
+
+
+def outcome_of(intent: PendingWrite, response: CreateNodeResponse) -> PendingWriteOutcome:
+    """The verdict a re-issue's answer settles its intent with.
+
+    Success is LANDED (this includes a row already stored with the same request id: the first
+    attempt's commit did land). NODE_ALREADY_EXISTS is ALREADY_PRESENT. Anything else, UNAVAILABLE
+    and FORBIDDEN included, is DROPPED with its reason: a re-issue happens once.
+    """
+    if response.success:
+        return PendingWriteOutcome(intent=intent, verdict=Verdict.LANDED, detail="created")
+    reason = response.rejection_reason or RejectionReason.UNKNOWN
+    exists = reason is RejectionReason.NODE_ALREADY_EXISTS
+    verdict = Verdict.ALREADY_PRESENT if exists else Verdict.DROPPED
+    return PendingWriteOutcome(
+        intent=intent, verdict=verdict, reason=reason, detail=response.error or ""
+    )
+
+
+class _Reissue:
+    __slots__ = ("answered", "disposable", "intent")
+
+    def __init__(self, intent: PendingWrite) -> None:
+        self.intent = intent
+        self.answered = False
+        self.disposable: abc.DisposableBase = Disposable()
+
+
+class PendingWriteRecovery:
+    """Re-issues every pending intent when the store's ``answers_again`` evidence arrives.
+
+    Each piece of evidence (a declared change-feed gap, an announced commit) takes EVERY pending
+    intent out of the ledger and re-issues it through ``mesh.create_node`` with its original
+    node, AccessContext and request id, marked ``reissued_after_unavailable``. Each settles as
+    exactly one verdict on ``ledger.outcomes``. No timer, no poll: while the store stays away
+    nothing arrives and nothing is re-issued. Intents taken are not taken again by evidence that
+    arrives while they are in flight.
+
+    Args:
+        mesh: the mesh (its ``store.answers_again`` and ``create_node``).
+        ledger: the ledger the mesh records into.
+        max_concurrent: re-issues in flight at once (the rest queue).
+        scheduler: passed to each re-issue's subscription.
+
+    Example::
+
+        with PendingWriteRecovery(mesh, mesh.ledger):
+            ...  # serve
+    """
+
+    def __init__(
+        self,
+        mesh: ReissuingMesh,
+        ledger: PendingWriteLedger,
+        *,
+        max_concurrent: int = DEFAULT_MAX_CONCURRENT_REISSUES,
+        scheduler: abc.SchedulerBase | None = None,
+    ) -> None:
+        if max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be at least 1, not {max_concurrent}")
+        self._mesh = mesh
+        self._ledger = ledger
+        self._max_concurrent = max_concurrent
+        self._scheduler = scheduler
+        self._lock = threading.RLock()
+        self._queue: deque[PendingWrite] = deque()
+        self._active: dict[int, _Reissue] = {}
+        self._pumping = False
+        self._started = False
+        self._disposed = False
+        self._evidence: abc.DisposableBase = Disposable()
+        self._failure: BaseException | None = None
+
+    @property
+    def ledger(self) -> PendingWriteLedger:
+        """The ledger this recovery settles into."""
+        return self._ledger
+
+    @property
+    def reissuing(self) -> int:
+        """Intents taken and not settled yet (in flight or queued)."""
+        with self._lock:
+            return len(self._active) + len(self._queue)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error the evidence stream ended with, if it did (then nothing is re-issued)."""
+        return self._failure
+
+    def start(self) -> PendingWriteRecovery:
+        """Arm the recovery: subscribe to the store's evidence. Idempotent."""
+        with self._lock:
+            if self._disposed:
+                raise MeshDisposedError("this PendingWriteRecovery was disposed")
+            if self._started:
+                return self
+            self._started = True
+        subscription = self._mesh.store.answers_again.subscribe(
+            on_next=self._on_evidence, on_error=self._on_evidence_error
+        )
+        with self._lock:
+            if self._disposed:
+                subscription.dispose()
+            else:
+                self._evidence = subscription
+        return self
+
+    def dispose(self) -> None:
+        """Disarm: stop listening, cancel re-issues in flight and put their intents back."""
+        with self._lock:
+            if self._disposed:
+                return
+            self._disposed = True
+            evidence = self._evidence
+            abandoned = list(self._active.values())
+            queued = list(self._queue)
+            self._active.clear()
+            self._queue.clear()
+        evidence.dispose()
+        for reissue in abandoned:
+            reissue.disposable.dispose()
+        for intent in [r.intent for r in abandoned] + queued:
+            self._ledger.restore(intent)
+        if abandoned or queued:
+            logger.info(
+                "pending-write recovery disposed; {} re-issue(s) abandoned and put back",
+                len(abandoned) + len(queued),
+            )
+
+    def __enter__(self) -> PendingWriteRecovery:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.dispose()
+
+    def _on_evidence(self, evidence: StoreEvidence) -> None:
+        with self._lock:
+            if self._disposed:
+                return
+            intents = self._ledger.take_all()
+            self._queue.extend(intents)
+        if intents:
+            logger.bind(evidence=type(evidence).__name__, source=evidence.source).info(
+                "store {} answers again ({}); re-issuing {} pending write(s)",
+                evidence.source,
+                type(evidence).__name__,
+                len(intents),
+            )
+            self._pump()
+
+    def _on_evidence_error(self, error: Exception) -> None:
+        self._failure = error
+        logger.opt(exception=error).error(
+            "the store's answers-again evidence stream failed ({}: {}); pending writes will "
+            "not be re-issued by this recovery",
+            type(error).__name__,
+            error,
+        )
+
+    def _pump(self) -> None:
+        """Start queued re-issues up to the limit; re-entrant calls fold into the running loop."""
+        with self._lock:
+            if self._pumping:
+                return
+            self._pumping = True
+        try:
+            while True:
+                with self._lock:
+                    if (
+                        self._disposed
+                        or not self._queue
+                        or len(self._active) >= self._max_concurrent
+                    ):
+                        self._pumping = False
+                        return
+                    reissue = _Reissue(self._queue.popleft())
+                    self._active[id(reissue)] = reissue
+                self._start(reissue)
+        except BaseException:
+            with self._lock:
+                self._pumping = False
+            raise
+
+    def _start(self, reissue: _Reissue) -> None:
+        intent = reissue.intent
+        request = CreateNodeRequest(
+            node=intent.node,
+            access=intent.access,
+            request_id=intent.request_id,
+            reissued_after_unavailable=True,
+        )
+
+        def on_next(response: CreateNodeResponse) -> None:
+            self._finish(reissue, outcome_of(intent, response))
+
+        def on_error(error: Exception) -> None:
+            if isinstance(error, MeshDisposedError):
+                self._abandon(reissue, error)
+                return
+            bound = logger.bind(path=intent.path, request_id=intent.request_id)
+            bound.opt(exception=error).error(
+                "re-issue of pending write for {} failed instead of answering ({}: {})",
+                intent.path,
+                type(error).__name__,
+                error,
+            )
+            self._finish(
+                reissue,
+                PendingWriteOutcome(
+                    intent=intent,
+                    verdict=Verdict.DROPPED,
+                    reason=RejectionReason.UNKNOWN,
+                    detail=f"Unexpected error: {type(error).__name__}: {error}",
+                ),
+            )
+
+        def on_completed() -> None:
+            self._finish(
+                reissue,
+                PendingWriteOutcome(
+                    intent=intent,
+                    verdict=Verdict.DROPPED,
+                    reason=RejectionReason.UNKNOWN,
+                    detail="the re-issue completed without an answer",
+                ),
+            )
+
+        try:
+            source = self._mesh.create_node(request)
+        except MeshDisposedError as error:
+            self._abandon(reissue, error)
+            return
+        disposable = source.subscribe(on_next, on_error, on_completed, scheduler=self._scheduler)
+        with self._lock:
+            if reissue.answered:
+                done = True
+            else:
+                reissue.disposable = disposable
+                done = False
+        if done:
+            disposable.dispose()
+
+    def _claim(self, reissue: _Reissue) -> bool:
+        """Mark ``reissue`` answered; ``False`` if it was answered already or abandoned."""
+        with self._lock:
+            if reissue.answered or self._active.pop(id(reissue), None) is None:
+                return False
+            reissue.answered = True
+            return True
+
+    def _finish(self, reissue: _Reissue, outcome: PendingWriteOutcome) -> None:
+        if not self._claim(reissue):
+            return
+        reissue.disposable.dispose()
+        try:
+            self._ledger.settle(reissue.intent, outcome)
+        except JournalError:
+            # settle() published the verdict and logged the failed delete at ERROR with the
+            # exception; raising into the mesh's answer stream would only break that stream.
+            pass
+        finally:
+            self._pump()
+
+    def _abandon(self, reissue: _Reissue, error: MeshDisposedError) -> None:
+        if not self._claim(reissue):
+            return
+        self._ledger.restore(reissue.intent)
+        logger.bind(path=reissue.intent.path).warning(
+            "re-issue of pending write for {} abandoned: {}; the intent stays in the ledger",
+            reissue.intent.path,
+            error,
+        )
