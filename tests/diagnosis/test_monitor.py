@@ -240,3 +240,26 @@ async def test_an_idle_loop_records_no_stall() -> None:
     stats = monitor.statistics()
     assert stats.stalls == 0
     assert stats.ticks >= 3
+
+
+@pytest.mark.parametrize(
+    ("block_starts", "block", "stall"),
+    [
+        (0.6, 2.5, 2.1),  # the tick due at 1.0 arrives at 3.1: 2.1 s late
+        (0.2, 2.5, None),  # arrives at 2.7: 1.7 s late, not a stall (the block began early)
+        (0.0, 3.01, 2.01),  # longer than tick + threshold: caught whatever the phase
+        (0.99, 3.01, 3.0),
+    ],
+)
+def test_with_the_defaults_a_block_is_a_stall_when_the_tick_it_delays_is_over_2_s_late(
+    monitor: LoopStallMonitor,
+    clock: FakeClock,
+    fake_loop: FakeLoop,
+    block_starts: float,
+    block: float,
+    stall: float | None,
+) -> None:
+    clock.advance(block_starts + block)  # the loop runs nothing until the block ends
+    fake_loop.fire()
+    durations = [s.duration for s in monitor.stalls()]
+    assert durations == ([] if stall is None else [pytest.approx(stall)])
