@@ -1,0 +1,39 @@
+"""bench/cache.py runs end to end on a small fan-out (the ratio itself is not asserted here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "cache.py"
+
+
+def _load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("rxmesh_bench_cache", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cache_bench_opens_one_upstream_for_every_subscriber() -> None:
+    row = _load_bench().measure(subscribers=200, repeats=3)
+
+    assert row["subscribers"] == 200
+    assert row["upstream_subscriptions"] == 1
+    assert row["cache_delta_ms"] > 0
+    assert row["subject_delta_ms"] > 0
+    assert row["ratio"] > 0
+    assert row["target_ratio"] == 1.5
+
+
+def test_the_cache_bench_prints_one_json_line(capsys: pytest.CaptureFixture[str]) -> None:
+    _load_bench().main(["cache.py", "100", "1"])
+
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["bench"] == "cache"
