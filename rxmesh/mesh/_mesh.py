@@ -25,7 +25,7 @@ from rxmesh.exceptions import (
     StoreConflictError,
 )
 from rxmesh.faults import describe_may_have_partially_landed, is_store_unreachable
-from rxmesh.ledger import JournalError, PendingWrite, PendingWriteLedger
+from rxmesh.ledger import JournalError, PendingWrite, PendingWriteLedger, PendingWriteRecovery
 from rxmesh.mesh._access import (
     AccessPolicy,
     GrantPolicy,
@@ -146,6 +146,9 @@ class Mesh:
         node_types: resolves node types and validates content (default: any type accepted).
         retry_delays: the retry ladder (default 250/500/1000 ms).
         record_pending_writes: whether the unreachable arm records intents (on by default).
+        recover_pending_writes: whether to arm a :class:`~rxmesh.ledger.PendingWriteRecovery`
+            on this mesh (on by default): it re-issues recorded intents, once, when the store
+            shows it answers again (a declared change-feed gap or an announced commit).
 
     Example:
         >>> from rxmesh import Mesh, MeshNode
@@ -164,6 +167,7 @@ class Mesh:
         node_types: NodeTypeValidator | None = None,
         retry_delays: Sequence[float] = DEFAULT_RETRY_DELAYS,
         record_pending_writes: bool = True,
+        recover_pending_writes: bool = True,
     ) -> None:
         if store is None:
             from rxmesh.providers.memory import InMemoryStore
@@ -182,6 +186,9 @@ class Mesh:
         self._retry = retry_transient_connect(tuple(retry_delays), scheduler=scheduler)
         self._created: Subject[MeshNode] = Subject()
         self._disposed = False
+        self.recovery: PendingWriteRecovery | None = None
+        if recover_pending_writes:
+            self.recovery = PendingWriteRecovery(self, self.ledger, scheduler=scheduler).start()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -193,6 +200,8 @@ class Mesh:
     def dispose(self) -> None:
         """Stop answering: later operations error with :class:`MeshDisposedError`."""
         self._disposed = True
+        if self.recovery is not None:
+            self.recovery.dispose()
         self._created.on_completed()
 
     def _check_open(self) -> None:

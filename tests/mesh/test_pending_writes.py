@@ -1,0 +1,193 @@
+"""End to end with the real Mesh: an UNAVAILABLE create is recorded, re-issued once on evidence,
+and settled with a verdict (SPEC §5)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from reactivex.testing import TestScheduler
+
+from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh.aio import first_value
+from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
+from rxmesh.providers.memory import InMemoryStore
+from rxmesh.testing import FaultInjectingStore
+
+from .conftest import ALICE, BOB, FAST, make_mesh
+
+
+def doc(path: str) -> MeshNode:
+    return MeshNode(path=path, node_type="Doc", content={"x": 1})
+
+
+class Outcomes:
+    """Collects the outcomes a ledger publishes from now on; ``wait`` bounds the wait."""
+
+    def __init__(self, ledger: PendingWriteLedger) -> None:
+        self.got: list[PendingWriteOutcome] = []
+        self._arrived = asyncio.Event()
+        self._subscription = ledger.outcomes.subscribe(self._on_next)
+
+    def _on_next(self, outcome: PendingWriteOutcome) -> None:
+        self.got.append(outcome)
+        self._arrived.set()
+
+    async def wait(self, count: int) -> list[PendingWriteOutcome]:
+        async with asyncio.timeout(10):
+            while len(self.got) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+        self._subscription.dispose()
+        return self.got
+
+
+async def seeded_outage(**options: object) -> tuple[Mesh, FaultInjectingStore]:
+    mesh, store = make_mesh(**options)
+    await mesh.create(doc("acme/seed"), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    return mesh, store
+
+
+async def test_an_unavailable_create_is_reissued_once_and_lands() -> None:
+    mesh, store = await seeded_outage()
+    response = await first_value(
+        mesh.create_node(CreateNodeRequest(node=doc("acme/b"), access=ALICE))
+    )
+    assert response.rejection_reason is RejectionReason.UNAVAILABLE
+    assert [p.path for p in mesh.ledger.pending()] == ["acme/b"]
+
+    collected = Outcomes(mesh.ledger)
+    store.restore()
+    store.declare_gap("listener resumed")
+    outcomes = await collected.wait(1)
+    assert [(o.intent.path, o.verdict) for o in outcomes] == [("acme/b", Verdict.LANDED)]
+    rows = [n for n in store.inner.nodes("acme") if n.path == "acme/b"]
+    assert len(rows) == 1
+    assert rows[0].request_id == response.request_id
+    assert rows[0].created_by == "alice"
+    assert mesh.ledger.pending() == ()
+
+
+async def test_negative_control_without_recording_nothing_is_recorded_and_nothing_lands() -> None:
+    mesh, store = await seeded_outage(record_pending_writes=False)
+    response = await first_value(
+        mesh.create_node(CreateNodeRequest(node=doc("acme/b"), access=ALICE))
+    )
+    assert response.rejection_reason is RejectionReason.UNAVAILABLE
+    assert mesh.ledger.pending() == ()
+    store.restore()
+    store.declare_gap("listener resumed")
+    await asyncio.sleep(0.05)
+    assert await first_value(store.read("acme/b")) is None
+
+
+async def test_no_evidence_no_reissue_even_an_hour_later() -> None:
+    scheduler = TestScheduler()
+    store = FaultInjectingStore(InMemoryStore())
+    mesh = Mesh(store, scheduler=scheduler, retry_delays=(), ledger=PendingWriteLedger())
+    await mesh.create(doc("acme/seed"), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    response = await first_value(
+        mesh.create_node(CreateNodeRequest(node=doc("acme/b"), access=ALICE))
+    )
+    assert response.rejection_reason is RejectionReason.UNAVAILABLE
+    store.restore()  # the store is back, but says nothing
+    store.clear_log()
+    scheduler.advance_by(3600.0)
+    await asyncio.sleep(0.01)
+    assert store.writes_attempted() == []
+    assert [p.path for p in mesh.ledger.pending()] == ["acme/b"]
+
+
+async def test_already_present_when_the_caller_created_it_meanwhile() -> None:
+    mesh, store = await seeded_outage()
+    await first_value(mesh.create_node(CreateNodeRequest(node=doc("acme/b"), access=ALICE)))
+    collected = Outcomes(mesh.ledger)
+    store.restore()
+    store.hold_change_feed()  # the caller's own create must not be the evidence here
+    await mesh.create(doc("acme/b"), access=ALICE)  # a fresh request id
+    store.drop_change_feed()
+    store.resume_change_feed(announce_gap=False)
+    store.declare_gap("listener resumed")
+    (outcome,) = await collected.wait(1)
+    assert outcome.verdict is Verdict.ALREADY_PRESENT
+
+
+async def test_dropped_when_the_reissue_meets_unavailable_again_and_not_recorded_again() -> None:
+    mesh, store = await seeded_outage()
+    await first_value(mesh.create_node(CreateNodeRequest(node=doc("acme/b"), access=ALICE)))
+    collected = Outcomes(mesh.ledger)
+    store.declare_gap("flapping")  # evidence, but writes are still refused
+    (outcome,) = await collected.wait(1)
+    assert outcome.verdict is Verdict.DROPPED
+    assert outcome.reason is RejectionReason.UNAVAILABLE
+    assert mesh.ledger.pending() == ()
+
+
+async def test_the_original_access_context_is_used_a_revoked_grant_drops_as_forbidden() -> None:
+    mesh, store = make_mesh()
+    await mesh.create(doc("acme/seed"), access=ALICE)
+    grant = MeshNode(path="acme/_access/bob", node_type="Grant", content={"permissions": ["*"]})
+    await mesh.create(grant, access=AccessContext.system())
+    store.refuse_writes_as_unreachable()
+    await first_value(mesh.create_node(CreateNodeRequest(node=doc("acme/bob1"), access=BOB)))
+    assert [p.requester for p in mesh.ledger.pending()] == ["bob"]
+    collected = Outcomes(mesh.ledger)
+    store.restore()
+    store.drop_change_feed()
+    await mesh.delete("acme/_access/bob", access=AccessContext.system())
+    store.resume_change_feed(announce_gap=False)
+    store.declare_gap("listener resumed")
+    (outcome,) = await collected.wait(1)
+    assert outcome.verdict is Verdict.DROPPED
+    assert outcome.reason is RejectionReason.FORBIDDEN
+    assert await first_value(store.read("acme/bob1")) is None
+
+
+async def test_a_restart_reissues_a_journaled_intent(tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    inner = InMemoryStore()
+    store = FaultInjectingStore(inner)
+    first = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(journal))
+    await first.create(doc("acme/seed"), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    await first_value(first.create_node(CreateNodeRequest(node=doc("acme/b"), access=ALICE)))
+    first.dispose()
+    assert len(list(journal.glob("*.json"))) == 1
+
+    store.restore()
+    second = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(journal))
+    assert [p.path for p in second.ledger.pending()] == ["acme/b"]
+    collected = Outcomes(second.ledger)
+    store.declare_gap("restarted")
+    (outcome,) = await collected.wait(1)
+    assert outcome.verdict is Verdict.LANDED
+    assert list(journal.glob("*.json")) == []
+
+
+async def test_a_second_evidence_does_not_reissue_a_settled_intent() -> None:
+    mesh, store = await seeded_outage()
+    await first_value(mesh.create_node(CreateNodeRequest(node=doc("acme/b"), access=ALICE)))
+    collected = Outcomes(mesh.ledger)
+    store.restore()
+    store.declare_gap("first")
+    await collected.wait(1)
+    store.clear_log()
+    store.declare_gap("second")
+    await asyncio.sleep(0.05)
+    assert store.writes_attempted("acme/b") == []
+
+
+async def test_a_judged_refusal_records_nothing() -> None:
+    mesh, store = make_mesh()
+    await mesh.create(doc("acme/seed"), access=ALICE)
+    response = await first_value(
+        mesh.create_node(CreateNodeRequest(node=doc("acme/x"), access=BOB))
+    )
+    assert response.rejection_reason is RejectionReason.FORBIDDEN
+    exists = await first_value(
+        mesh.create_node(CreateNodeRequest(node=doc("acme/seed"), access=ALICE))
+    )
+    assert exists.rejection_reason is RejectionReason.NODE_ALREADY_EXISTS
+    assert mesh.ledger.pending() == ()
