@@ -204,6 +204,7 @@ class LoopStallMonitor:
             self._handle.cancel()
         stall = self._arrive(now)
         self._handle = self._loop.call_later(self._tick, self._on_tick)
+        self._notify(stall)
         return stall
 
     def stalls(self) -> tuple[LoopStall, ...]:
@@ -241,8 +242,13 @@ class LoopStallMonitor:
         self._handle = None
         if self._loop is None:
             return
-        self._arrive(self._clock())
-        self._handle = self._loop.call_later(self._tick, self._on_tick)
+        stall = self._arrive(self._clock())
+        self._handle = self._loop.call_later(self._tick, self._on_tick)  # re-armed before on_stall
+        self._notify(stall)
+
+    def _notify(self, stall: LoopStall | None) -> None:
+        if stall is not None and self._on_stall is not None:
+            self._on_stall(stall)
 
     def _arrive(self, now: float) -> LoopStall | None:
         late = now - self._due
@@ -264,8 +270,6 @@ class LoopStallMonitor:
                 FIELD_STALL_GC_SECONDS: gc_seconds,
             }
         ).warning("event loop stalled for {:.1f} s (gc {:.1f} s)", late, gc_seconds)
-        if self._on_stall is not None:
-            self._on_stall(stall)
         return stall
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:

@@ -196,7 +196,11 @@ def triage(
         event = extra.get(FIELD_EVENT)
         if event == EVENT_LOOP_STALL:
             length = extra.get(FIELD_STALL_SECONDS)
-            if isinstance(length, bool) or not isinstance(length, int | float):
+            if (
+                isinstance(length, bool)
+                or not isinstance(length, int | float)
+                or not math.isfinite(length)
+            ):
                 malformed.append(MalformedLine(number, "loop_stall without numeric stall_seconds"))
                 continue
             stall_ends.append(stamp)

@@ -263,3 +263,21 @@ def test_with_the_defaults_a_block_is_a_stall_when_the_tick_it_delays_is_over_2_
     fake_loop.fire()
     durations = [s.duration for s in monitor.stalls()]
     assert durations == ([] if stall is None else [pytest.approx(stall)])
+
+
+def test_a_failing_on_stall_callback_does_not_stop_the_ticker(
+    clock: FakeClock, fake_loop: FakeLoop
+) -> None:
+    def explode(stall: LoopStall) -> None:
+        raise RuntimeError("on_stall failed")
+
+    monitor = LoopStallMonitor(clock=clock, on_stall=explode)
+    monitor.start(loop=fake_loop)  # type: ignore[arg-type]
+    try:
+        clock.advance(1.0 + 3.0)
+        with pytest.raises(RuntimeError, match="on_stall failed"):  # propagated, not swallowed
+            fake_loop.fire()
+        assert len(fake_loop.pending()) == 1  # but the next tick was armed first
+        assert len(monitor.stalls()) == 1
+    finally:
+        monitor.stop()

@@ -125,11 +125,12 @@ def test_malformed_lines_are_counted_and_skipped_never_a_crash() -> None:
         '{"record": {"time": {"timestamp": "yesterday"}}}',
         '{"record": {"time": {"timestamp": 1700000001.0}, "extra": []}}',
         logs.line(1.0, event="loop_stall"),  # a stall without stall_seconds
+        logs.line(1.0, event="loop_stall", stall_seconds=float("nan")),
         good[3][: len(good[3]) // 2],  # a truncated line
     ]
     lines = [good[0], bad[0], "", "   ", *bad[1:], *good[1:]]
     report = triage(lines)
-    assert [m.line for m in report.malformed] == [2, 5, 6, 7, 8, 9, 10]
+    assert [m.line for m in report.malformed] == [2, 5, 6, 7, 8, 9, 10, 11]
     assert report.malformed[0] == MalformedLine(2, "not JSON")
     assert report.malformed[5].reason == "loop_stall without numeric stall_seconds"
     # the well-formed lines are read exactly as without the noise
@@ -140,8 +141,8 @@ def test_malformed_lines_are_counted_and_skipped_never_a_crash() -> None:
         clean.shadow_count,
     )
     text = format_triage(report)
-    assert "note: skipped 7 malformed lines (line 2: not JSON; line 5: no 'record' object;" in text
-    assert "; 2 more)" in text
+    assert "note: skipped 8 malformed lines (line 2: not JSON; line 5: no 'record' object;" in text
+    assert "; 3 more)" in text
 
 
 def test_an_empty_log_is_reported_not_a_crash() -> None:
