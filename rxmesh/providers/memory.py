@@ -69,7 +69,7 @@ class InMemoryStoreStatistics:
     live_queries: int
 
 
-def hot(subject: Subject[_T]) -> Observable[_T]:
+def _hot(subject: Subject[_T]) -> Observable[_T]:
     """A read-only view of a subject: subscribers see what it publishes from now on."""
 
     def subscribe(
@@ -80,7 +80,7 @@ def hot(subject: Subject[_T]) -> Observable[_T]:
     return Observable(subscribe)
 
 
-def cold(work: Callable[[], _T]) -> Observable[_T]:
+def _cold(work: Callable[[], _T]) -> Observable[_T]:
     """A cold observable that runs ``work()`` anew for each subscription and emits its result.
 
     An exception raised by ``work`` is delivered as ``on_error`` (unchanged), never swallowed.
@@ -177,18 +177,18 @@ class InMemoryStore:
     @property
     def changes(self) -> Observable[NodeChange]:
         """Hot stream of committed changes (one :class:`NodeChange` per row changed)."""
-        return hot(self._changes)
+        return _hot(self._changes)
 
     @property
     def gaps(self) -> Observable[ChangeFeedGap]:
         """Hot stream of declared change-feed gaps (only :meth:`declare_gap` declares one)."""
-        return hot(self._gaps)
+        return _hot(self._gaps)
 
     @property
     def answers_again(self) -> Observable[StoreEvidence]:
         """Hot stream of evidence: a :class:`CommitAnnounced` per committed row change, and every
         declared :class:`ChangeFeedGap`."""
-        return hot(self._answers)
+        return _hot(self._answers)
 
     def declare_gap(
         self, reason: str = "declared", *, lost_at: datetime | None = None
@@ -222,7 +222,7 @@ class InMemoryStore:
                 self._reads += 1
                 return self._get(path)
 
-        return cold(work)
+        return _cold(work)
 
     def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
         """The nodes present among ``paths``; absent paths are missing from the dict."""
@@ -234,7 +234,7 @@ class InMemoryStore:
                 found = {path: self._get(path) for path in wanted}
             return {path: node for path, node in found.items() if node is not None}
 
-        return cold(work)
+        return _cold(work)
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -288,7 +288,7 @@ class InMemoryStore:
             self._publish([change])
             return stored
 
-        return cold(work)
+        return _cold(work)
 
     def write_many(
         self, nodes: Sequence[MeshNode], window: int = DEFAULT_WRITE_WINDOW
@@ -365,7 +365,7 @@ class InMemoryStore:
             self._publish([change])
             return stored
 
-        return cold(work)
+        return _cold(work)
 
     def delete(self, path: str) -> Observable[bool]:
         """Delete the node at ``path`` (not its children); ``False`` if it was absent."""
@@ -382,7 +382,7 @@ class InMemoryStore:
             )
             return True
 
-        return cold(work)
+        return _cold(work)
 
     def move(self, source: str, target: str) -> Observable[MeshNode | None]:
         """Move the node at ``source`` to the free path ``target`` (version + 1), atomically.
@@ -412,7 +412,7 @@ class InMemoryStore:
             self._publish([removal, change])
             return moved
 
-        return cold(work)
+        return _cold(work)
 
     # -- live queries -------------------------------------------------------------------------
 
