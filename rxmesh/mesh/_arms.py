@@ -18,6 +18,7 @@ from typing import Any
 
 from loguru import logger
 
+from rxmesh.diagnosis import EVENT_STORE_UNREACHABLE, FIELD_EVENT, stall_adjacency
 from rxmesh.exceptions import (
     InvalidNodeTypeError,
     InvalidPathError,
@@ -54,8 +55,6 @@ _REFUSALS: tuple[tuple[type[BaseException], RejectionReason], ...] = (
 
 def unreachable_note() -> tuple[str, dict[str, Any]]:
     """The stall-adjacency sentence and fields to add to a store-unreachable report, if any."""
-    from rxmesh.diagnosis import stall_adjacency
-
     adjacency = stall_adjacency()
     if adjacency is None:
         return "", {}
@@ -82,7 +81,7 @@ def judge(
     if is_store_unreachable(exc):
         note, stall_fields = unreachable_note()
         fields: dict[str, Any] = {
-            "event": "store_unreachable",
+            FIELD_EVENT: EVENT_STORE_UNREACHABLE,
             "store": store,
             "path": path,
             "operation": doing,

@@ -8,6 +8,7 @@ from rxmesh import AccessContext, Mesh
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
+from tests.conftest import LogRecords
 
 FAST = (0.001, 0.001, 0.001)
 """A retry ladder with the real shape (three retries) and no real waiting."""
@@ -22,3 +23,5 @@ def make_mesh(**options: Any) -> tuple[Mesh, FaultInjectingStore]:
     options.setdefault("retry_delays", FAST)
     options.setdefault("ledger", PendingWriteLedger(journal_dir=None))
     return Mesh(store, **options), store
+
+LogRecordsT = LogRecords
