@@ -98,6 +98,15 @@ def _dsn_name(dsn: str) -> str:
     return f"postgres@{host}:{port}/{database}"
 
 
+def _is_closed(conn: _Connection) -> bool:
+    """Whether ``conn`` is closed; a pool proxy the pool already detached (because its
+    connection closed while in use) counts as closed."""
+    try:
+        return conn.is_closed()
+    except pgexc.InterfaceError:
+        return True
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -210,6 +219,12 @@ class PostgresStore:
         """The prefix of this store's partition schemas."""
         return self._prefix
 
+    @property
+    def feed_backend_pid(self) -> int | None:
+        """The server process id of the LISTEN connection (``None`` while it is down)."""
+        conn = self._listen_conn
+        return None if conn is None or conn.is_closed() else conn.get_server_pid()
+
     def schema_of(self, partition: str) -> str:
         """The unquoted schema name of ``partition`` in this store."""
         return schema_for_partition(partition, self._prefix)
@@ -230,6 +245,7 @@ class PostgresStore:
                 max_size=self._max_size,
                 command_timeout=self._command_timeout,
                 timeout=self._connect_timeout,
+                server_settings={"application_name": "rxmesh"},
             )
         except _DRIVER_FAULTS as exc:
             self._raise_at_boundary(exc, operation="opening the pool", stage="connect")
@@ -301,7 +317,7 @@ class PostgresStore:
             raise exc
         if isinstance(exc, pgexc.InterfaceError):
             cdne = isinstance(exc.__context__, pgexc.ConnectionDoesNotExistError)
-            closed = connection is not None and connection.is_closed()
+            closed = connection is not None and _is_closed(connection)
             if cdne or closed:
                 detail = (
                     "the connection died during the call; the statement MAY have run"
@@ -375,13 +391,14 @@ class PostgresStore:
 
     async def _usable_after_timeout(self, conn: _Connection) -> bool:
         """After a query timeout: is the connection still answering? If not, terminate it."""
-        if conn.is_closed():
+        if _is_closed(conn):
             return False
         try:
             async with asyncio.timeout(min(1.0, self._command_timeout)):
                 await conn.fetchval("SELECT 1")
         except (TimeoutError, *_DRIVER_FAULTS):
-            conn.terminate()
+            if not _is_closed(conn):
+                conn.terminate()
             return False
         return True
 
@@ -656,7 +673,8 @@ class PostgresStore:
             try:
                 return await conn.fetch(sql, *args, timeout=self._command_timeout)
             except asyncio.CancelledError:
-                conn.terminate()  # never reuse a connection whose bulk call was cancelled
+                if not _is_closed(conn):
+                    conn.terminate()  # never reuse a connection whose bulk call was cancelled
                 raise
 
         async def work(conn: _Connection) -> WindowCommitted:
@@ -891,7 +909,10 @@ class PostgresStore:
     async def _open_listener(self) -> None:
         try:
             conn = await asyncpg.connect(
-                self._dsn, timeout=self._connect_timeout, command_timeout=self._command_timeout
+                self._dsn,
+                timeout=self._connect_timeout,
+                command_timeout=self._command_timeout,
+                server_settings={"application_name": "rxmesh-feed"},
             )
         except _DRIVER_FAULTS as exc:
             self._raise_at_boundary(exc, operation="opening the change feed", stage="connect")

@@ -8,6 +8,7 @@ every operation it met. The error factories build the exact chains real provider
 
 from __future__ import annotations
 
+from rxmesh.testing._cluster import TemporaryPostgresCluster
 from rxmesh.testing._fault_store import (
     WRITE_OPS,
     ExcFactory,
@@ -19,14 +20,17 @@ from rxmesh.testing._fault_store import (
     connection_reset_error,
     unreachable_error,
 )
+from rxmesh.testing._proxy import FaultProxy
 
 __all__ = [
     "WRITE_OPS",
     "ExcFactory",
     "FaultInjectingStore",
     "FaultInjectingStoreStatistics",
+    "FaultProxy",
     "FeedMode",
     "Operation",
+    "TemporaryPostgresCluster",
     "connect_timeout_error",
     "connection_reset_error",
     "unreachable_error",

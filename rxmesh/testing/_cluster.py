@@ -1,0 +1,141 @@
+"""A throwaway PostgreSQL cluster for tests that stop, restart or crash a server.
+
+Never stop a shared server: tests that need a server to go away start their own with
+:class:`TemporaryPostgresCluster`. The methods block (they run ``pg_ctl -w``); from async code
+call them through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+__all__ = ["TemporaryPostgresCluster", "find_postgres_bin"]
+
+StopMode = Literal["smart", "fast", "immediate"]
+
+
+def find_postgres_bin() -> Path:
+    """The directory holding ``initdb`` and ``pg_ctl`` (env ``RXMESH_PG_BIN``, else PATH, else
+    the newest ``/usr/lib/postgresql/*/bin``).
+
+    Raises:
+        FileNotFoundError: no PostgreSQL server binaries were found.
+    """
+    configured = os.environ.get("RXMESH_PG_BIN")
+    if configured:
+        return Path(configured)
+    on_path = shutil.which("initdb")
+    if on_path:
+        return Path(on_path).parent
+    def major(initdb: str) -> int:
+        version = Path(initdb).parent.parent.name
+        return int(version) if version.isdigit() else 0
+
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=major)
+    if not candidates:
+        raise FileNotFoundError("no initdb found (set RXMESH_PG_BIN to PostgreSQL's bin dir)")
+    return Path(candidates[-1]).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class TemporaryPostgresCluster:
+    """``initdb`` into a temp dir and run it on a free loopback port (trust auth, ``fsync=off``).
+
+    As root, the server runs as the ``postgres`` OS user (``runuser``), since PostgreSQL refuses
+    to run as root. The superuser is ``postgres``; the DSN names database ``postgres``.
+
+    Example:
+        >>> with TemporaryPostgresCluster() as cluster:  # doctest: +SKIP
+        ...     cluster.restart()
+        ...     print(cluster.dsn)
+    """
+
+    def __init__(self, *, bin_dir: Path | str | None = None, os_user: str = "postgres") -> None:
+        self._bin = Path(bin_dir) if bin_dir is not None else find_postgres_bin()
+        self._as_root = os.geteuid() == 0
+        self._os_user = os_user
+        self._dir: Path | None = None
+        self.port = 0
+        """The loopback port (fixed at :meth:`start`, kept across restarts)."""
+
+    @property
+    def dsn(self) -> str:
+        """``postgresql://postgres@127.0.0.1:<port>/postgres``."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def data_dir(self) -> Path:
+        """The cluster's data directory."""
+        if self._dir is None:
+            raise RuntimeError("the cluster was not started")
+        return self._dir / "data"
+
+    def _run(self, *argv: str) -> None:
+        command = [str(self._bin / argv[0]), *argv[1:]]
+        if self._as_root:
+            command = ["runuser", "-u", self._os_user, "--", *command]
+        subprocess.run(command, check=True, capture_output=True, timeout=60)
+
+    def start(self) -> None:
+        """Create the cluster if needed, then start it and wait until it accepts connections."""
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="rxmesh-pg-"))
+            if self._as_root:
+                shutil.chown(self._dir, self._os_user, self._os_user)
+            self._run(
+                "initdb", "-D", str(self.data_dir), "-U", "postgres", "-A", "trust",
+                "--no-sync", "-E", "UTF8",
+            )
+            self.port = _free_port()
+        options = (
+            f"-p {self.port} -k {self._dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+            " -c synchronous_commit=off -c full_page_writes=off"
+        )
+        self._run(
+            "pg_ctl", "-D", str(self.data_dir), "-l", str(self._dir / "server.log"),
+            "-o", options, "-w", "-t", "30", "start",
+        )
+
+    def stop(self, mode: StopMode = "fast") -> None:
+        """Stop the server (``fast`` disconnects clients; ``immediate`` is a crash)."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "-t", "30", "stop")
+
+    def restart(self, mode: StopMode = "fast") -> None:
+        """Stop then start on the same port."""
+        self.stop(mode)
+        self.start()
+
+    def cleanup(self) -> None:
+        """Stop the server if it runs and remove the directory."""
+        if self._dir is None:
+            return
+        if (self.data_dir / "postmaster.pid").exists():
+            self.stop("immediate")
+        shutil.rmtree(self._dir, ignore_errors=True)
+        self._dir = None
+
+    def __enter__(self) -> TemporaryPostgresCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
