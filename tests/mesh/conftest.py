@@ -24,4 +24,5 @@ def make_mesh(**options: Any) -> tuple[Mesh, FaultInjectingStore]:
     options.setdefault("ledger", PendingWriteLedger(journal_dir=None))
     return Mesh(store, **options), store
 
+
 LogRecordsT = LogRecords

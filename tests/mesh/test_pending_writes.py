@@ -10,36 +10,16 @@ from reactivex.testing import TestScheduler
 
 from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
 from rxmesh.aio import first_value
-from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
+from rxmesh.ledger import PendingWriteLedger
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
+from tests.helpers import Outcomes
 
 from .conftest import ALICE, BOB, FAST, make_mesh
 
 
 def doc(path: str) -> MeshNode:
     return MeshNode(path=path, node_type="Doc", content={"x": 1})
-
-
-class Outcomes:
-    """Collects the outcomes a ledger publishes from now on; ``wait`` bounds the wait."""
-
-    def __init__(self, ledger: PendingWriteLedger) -> None:
-        self.got: list[PendingWriteOutcome] = []
-        self._arrived = asyncio.Event()
-        self._subscription = ledger.outcomes.subscribe(self._on_next)
-
-    def _on_next(self, outcome: PendingWriteOutcome) -> None:
-        self.got.append(outcome)
-        self._arrived.set()
-
-    async def wait(self, count: int) -> list[PendingWriteOutcome]:
-        async with asyncio.timeout(10):
-            while len(self.got) < count:
-                self._arrived.clear()
-                await self._arrived.wait()
-        self._subscription.dispose()
-        return self.got
 
 
 async def seeded_outage(**options: object) -> tuple[Mesh, FaultInjectingStore]:
