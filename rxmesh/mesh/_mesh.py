@@ -16,6 +16,7 @@ from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
 from rxmesh.aio import first_value, from_async
+from rxmesh.cache import SyncedQueryCache, fold_query_frames
 from rxmesh.exceptions import (
     InvalidPathError,
     MeshDisposedError,
@@ -55,7 +56,12 @@ from rxmesh.operations import (
     RejectionReason,
     UpdateNodeRequest,
 )
-from rxmesh.operators import DEFAULT_RETRY_DELAYS, retry_transient_connect
+from rxmesh.operators import (
+    DEFAULT_INITIAL_BUDGET,
+    DEFAULT_RETRY_DELAYS,
+    fan_in,
+    retry_transient_connect,
+)
 from rxmesh.providers import Store
 
 __all__ = ["Mesh", "NodeTypeValidator", "Validator"]
@@ -149,6 +155,7 @@ class Mesh:
         recover_pending_writes: whether to arm a :class:`~rxmesh.ledger.PendingWriteRecovery`
             on this mesh (on by default): it re-issues recorded intents, once, when the store
             shows it answers again (a declared change-feed gap or an announced commit).
+        initial_budget: the Initial gate of live queries, in seconds (default 15).
 
     Example:
         >>> from rxmesh import Mesh, MeshNode
@@ -168,6 +175,7 @@ class Mesh:
         retry_delays: Sequence[float] = DEFAULT_RETRY_DELAYS,
         record_pending_writes: bool = True,
         recover_pending_writes: bool = True,
+        initial_budget: float = DEFAULT_INITIAL_BUDGET,
     ) -> None:
         if store is None:
             from rxmesh.providers.memory import InMemoryStore
@@ -184,6 +192,10 @@ class Mesh:
         self.record_pending_writes = record_pending_writes
         self._scheduler = scheduler
         self._retry = retry_transient_connect(tuple(retry_delays), scheduler=scheduler)
+        self._initial_budget = initial_budget
+        self.queries: SyncedQueryCache[NodeQuery, QueryFrame] = SyncedQueryCache(
+            self.query, replay=fold_query_frames, scheduler=scheduler
+        )
         self._created: Subject[MeshNode] = Subject()
         self._disposed = False
         self.recovery: PendingWriteRecovery | None = None
@@ -213,9 +225,28 @@ class Mesh:
         return await first_value(source.pipe(self._retry))
 
     def query(self, query: NodeQuery) -> Observable[QueryFrame]:
-        """A live query straight from the store, behind the retry ladder."""
+        """A live query (Initial, then deltas), cold: each subscription opens its own upstream.
+
+        The store's stream goes through :func:`~rxmesh.operators.fan_in`: the retry ladder before
+        its Initial, and the Initial gate as a bound (``QueryProviderStalledError`` naming the
+        store after ``initial_budget`` seconds).
+        """
         self._check_open()
-        return self.store.query(query).pipe(self._retry)
+        return fan_in(
+            {self.store.name: self.store.query(query)},
+            initial_budget=self._initial_budget,
+            query=query,
+            scheduler=self._scheduler,
+        )
+
+    def live(self, query: NodeQuery) -> Observable[QueryFrame]:
+        """A shared live query from the mesh's :class:`~rxmesh.cache.SyncedQueryCache`.
+
+        One upstream per distinct query; a late subscriber first gets the current snapshot; a
+        chain that faulted is evicted, so asking again opens a fresh upstream.
+        """
+        self._check_open()
+        return self.queries.get(query)
 
     def _answer_once(
         self,
