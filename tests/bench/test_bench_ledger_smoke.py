@@ -1,0 +1,84 @@
+"""bench/ledger.py runs end to end on a tiny N (the ratios themselves are not asserted here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "ledger.py"
+
+
+def _load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("rxmesh_bench_ledger", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_record_measure_compares_the_ledger_with_the_raw_loop(tmp_path: Path) -> None:
+    row = _load_bench().measure_records(20, 1, str(tmp_path))
+
+    assert row["measure"] == "record"
+    assert row["intents"] == 20
+    assert row["raw_per_s"] > 0
+    assert row["ledger_per_s"] > 0
+    assert row["ratio"] > 0
+    assert row["target_ratio"] == 0.8
+    assert list(tmp_path.iterdir()) == []  # the bench cleans up its journals
+
+
+def test_the_recovery_measure_settles_every_intent_or_says_why_it_was_skipped() -> None:
+    row = _load_bench().measure_recovery(30)
+
+    assert row["measure"] == "recovery"
+    if row.get("skipped"):
+        assert "not importable" in row["note"]
+        return
+    assert row["direct_created"] == 30
+    assert row["recovery_landed"] == 30
+    assert row["ratio"] > 0
+
+
+def test_the_ledger_bench_prints_json_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _load_bench().main(
+        [
+            "ledger.py",
+            "--records",
+            "10",
+            "--pending",
+            "10",
+            "--repeats",
+            "1",
+            "--dir",
+            str(tmp_path),
+        ]
+    )
+
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line)["measure"] for line in lines] == ["record", "recovery"]
+    assert all(json.loads(line)["bench"] == "ledger" for line in lines)
+
+
+def test_without_a_mesh_the_recovery_line_is_skipped_with_a_note(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bench = _load_bench()
+    monkeypatch.setattr(bench, "_real_mesh", lambda: (None, "rxmesh.mesh not importable: test"))
+
+    row = bench.measure_recovery(10)
+
+    assert row == {
+        "bench": "ledger",
+        "measure": "recovery",
+        "intents": 10,
+        "skipped": True,
+        "note": "rxmesh.mesh not importable: test",
+    }
