@@ -138,7 +138,7 @@ def test_the_census_reopens_after_a_mid_stream_connection_reset_and_reads_again(
     )
     assert stats.last_fault is None
 
-    warnings = [r["message"] for r in log_records.at("WARNING")]
+    warnings = [str(r["message"]) for r in log_records.at("WARNING")]
     assert any("interrupted the standing watch subscription" in m for m in warnings)
 
     # And it keeps reading: a record added after the re-open is baked.
@@ -197,7 +197,8 @@ def test_a_non_transient_fault_ends_the_census_with_no_reopen_and_health_stays_d
     assert text.startswith("LIVE RECORD CENSUS: census ended: ")
     assert "(not a transient fault, not re-opened)" in text
     assert "last reading (2 NodeType records" in text
-    assert any("live record census: census ended" in r["message"] for r in log_records.at("ERROR"))
+    errors = [str(r["message"]) for r in log_records.at("ERROR")]
+    assert any("live record census: census ended" in m for m in errors)
 
 
 def test_a_store_that_stays_down_spends_the_budget_and_the_last_fault_stays_on_health() -> None:
@@ -297,7 +298,7 @@ def test_a_census_starts_once() -> None:
 
 
 def test_the_census_query_and_the_chain_description() -> None:
-    assert CENSUS_QUERY == NodeQuery(node_type="NodeType")
+    assert NodeQuery(node_type="NodeType") == CENSUS_QUERY
     assert describe_chain(connection_reset_error("db")) == (
         "StoreError: store 'db': connection lost mid-stream ← "
         "ConnectionResetError: [Errno 104] Connection reset by peer"
