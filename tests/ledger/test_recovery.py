@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from reactivex.testing import TestScheduler
 
 from rxmesh.exceptions import MeshDisposedError
 from rxmesh.ledger import (
+    JournalError,
     PendingWriteLedger,
     PendingWriteOutcome,
     PendingWriteRecovery,
@@ -388,3 +390,46 @@ def test_settling_an_intent_twice_is_refused() -> None:
         ledger.settle(taken, outcome)
     with pytest.raises(ValueError, match="not about"):
         ledger.settle(make_intent("acme/other"), outcome)
+
+
+def test_a_file_that_cannot_be_deleted_still_publishes_the_verdict_and_reports_at_error(
+    journal_dir: Path, monkeypatch: pytest.MonkeyPatch, log_records: list[dict[str, Any]]
+) -> None:
+    ledger = PendingWriteLedger(journal_dir)
+    ledger.record(make_intent())
+    seen = _outcomes(ledger)
+    (taken,) = ledger.take_all()
+
+    def failing_unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(os, "unlink", failing_unlink)
+    with pytest.raises(JournalError, match="could not delete"):
+        ledger.settle(taken, PendingWriteOutcome(intent=taken, verdict=Verdict.LANDED))
+    monkeypatch.undo()
+
+    assert [o.verdict for o in seen] == [Verdict.LANDED]
+    assert any(
+        r["level"].name == "ERROR" and "re-issue it again" in r["message"] for r in log_records
+    )
+    assert len(PendingWriteLedger(journal_dir).pending()) == 1  # the next process re-issues it
+
+
+def test_the_recovery_does_not_raise_into_the_mesh_when_a_file_cannot_be_deleted(
+    journal_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = PendingWriteLedger(journal_dir)
+    ledger.record(make_intent())
+    seen = _outcomes(ledger)
+    mesh = FakeMesh()
+
+    def failing_unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        raise OSError(30, "Read-only file system")
+
+    with PendingWriteRecovery(mesh, ledger):
+        monkeypatch.setattr(os, "unlink", failing_unlink)
+        mesh.declare_gap()
+        monkeypatch.undo()
+
+    assert [o.verdict for o in seen] == [Verdict.LANDED]
+    assert ledger.statistics().landed == 1
