@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from reactivex import Observable
 
 from rxmesh import AccessContext, Mesh, MeshNode, RejectionReason
 from rxmesh.aio import first_value
@@ -13,13 +14,27 @@ from rxmesh.exceptions import (
     StoreError,
     StoreUnavailableError,
 )
-from rxmesh.operations import DeleteNodeRequest, MoveNodeRequest, UpdateNodeRequest
+from rxmesh.operations import (
+    DeleteNodeRequest,
+    MoveNodeRequest,
+    NodeOperationResponse,
+    UpdateNodeRequest,
+)
 
 from .conftest import ALICE, BOB, make_mesh
 
 
 def doc(path: str, **content: object) -> MeshNode:
     return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
+
+
+def ask_verb(mesh: Mesh, verb: str) -> Observable[NodeOperationResponse]:
+    """The same change to ``acme/a`` through one of the three verbs."""
+    if verb == "update":
+        return mesh.update_node(UpdateNodeRequest(node=doc("acme/a", x=3), access=ALICE))
+    if verb == "delete":
+        return mesh.delete_node(DeleteNodeRequest(path="acme/a", access=ALICE))
+    return mesh.move_node(MoveNodeRequest(source="acme/a", target="acme/z", access=ALICE))
 
 
 async def seeded() -> tuple[Mesh, object]:
@@ -43,13 +58,7 @@ async def test_update_delete_and_move_work_on_a_reachable_store() -> None:
 async def test_each_verb_answers_unavailable_for_an_unreachable_store(verb: str) -> None:
     mesh, store = await seeded()
     store.refuse_writes_as_unreachable()  # type: ignore[attr-defined]
-    if verb == "update":
-        source = mesh.update_node(UpdateNodeRequest(node=doc("acme/a", x=3), access=ALICE))
-    elif verb == "delete":
-        source = mesh.delete_node(DeleteNodeRequest(path="acme/a", access=ALICE))
-    else:
-        source = mesh.move_node(MoveNodeRequest(source="acme/a", target="acme/z", access=ALICE))
-    response = await first_value(source, timeout=10)
+    response = await first_value(ask_verb(mesh, verb), timeout=10)
     assert response.rejection_reason is RejectionReason.UNAVAILABLE
     assert "Nothing was written" in (response.error or "")
     with pytest.raises(StoreUnavailableError):
@@ -66,13 +75,7 @@ async def test_each_verb_answers_unknown_for_a_non_transient_store_error(verb: s
     """The falsifying control of the sweep."""
     mesh, store = await seeded()
     store.refuse_writes_as_unreachable(lambda: StoreError("syntax", sqlstate="42601"))  # type: ignore[attr-defined]
-    if verb == "update":
-        source = mesh.update_node(UpdateNodeRequest(node=doc("acme/a", x=3), access=ALICE))
-    elif verb == "delete":
-        source = mesh.delete_node(DeleteNodeRequest(path="acme/a", access=ALICE))
-    else:
-        source = mesh.move_node(MoveNodeRequest(source="acme/a", target="acme/z", access=ALICE))
-    response = await first_value(source, timeout=10)
+    response = await first_value(ask_verb(mesh, verb), timeout=10)
     assert response.rejection_reason is RejectionReason.UNKNOWN
     assert (response.error or "").startswith("Unexpected error")
 
