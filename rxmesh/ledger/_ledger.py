@@ -34,7 +34,8 @@ class PendingWriteLedger:
     Args:
         journal_dir: a directory on a volume that is NOT the database, private to this user
             (created 0700 if missing; an existing group/world-writable or foreign-owned directory
-            is refused with :class:`JournalError`). One process per directory.
+            is refused with :class:`JournalError`). One process per directory. ``None`` reads
+            ``RXMESH_PENDING_WRITES_DIR``; ``""`` means in memory whatever the environment says.
 
     Raises:
         JournalError: the directory is unsafe or cannot be prepared or read.
@@ -43,6 +44,8 @@ class PendingWriteLedger:
     def __init__(self, journal_dir: str | os.PathLike[str] | None = None) -> None:
         if journal_dir is None:
             journal_dir = os.environ.get(JOURNAL_DIR_ENV) or None
+        elif not os.fspath(journal_dir):
+            journal_dir = None  # "" means in memory, whatever the environment says
         self._lock = threading.RLock()
         self._pending: dict[str, PendingWrite] = {}
         self._in_flight: dict[_Key, PendingWrite] = {}

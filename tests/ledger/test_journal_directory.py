@@ -109,3 +109,12 @@ def test_an_unsafe_directory_named_by_the_environment_is_refused_too(
 
     with pytest.raises(JournalError):
         PendingWriteLedger()
+
+
+def test_an_empty_directory_argument_means_in_memory_whatever_the_environment_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(JOURNAL_DIR_ENV, str(tmp_path / "from-env"))
+
+    assert PendingWriteLedger("").journal_dir is None
+    assert not (tmp_path / "from-env").exists()
