@@ -174,7 +174,7 @@ def test_an_unknown_type_is_refused_when_strict_and_accepted_when_not() -> None:
     lenient.validate(node("Invoice", {"anything": "goes"}))  # unknown: accepted unchecked
     # Known types are checked either way; a node with no type is never checked.
     for registry in (strict, lenient):
-        with pytest.raises(NodeValidationError, match="content.text: Input should be"):
+        with pytest.raises(NodeValidationError, match=r"content\.text: Input should be"):
             registry.validate(node("Note", {"text": 1}))
         registry.validate(node(None, {"free": "form"}))
     assert strict.statistics().refusals == 2
@@ -184,7 +184,7 @@ def test_an_unknown_type_is_refused_when_strict_and_accepted_when_not() -> None:
 def test_nodetype_records_are_validated_against_the_nodetype_schema() -> None:
     registry = NodeTypeRegistry(strict=True)
     registry.validate(record("types/Note", {"name": "Note"}))  # built in, even when strict
-    with pytest.raises(NodeValidationError, match="content.fields.a.type"):
+    with pytest.raises(NodeValidationError, match=r"content\.fields\.a\.type"):
         registry.validate(record("types/Bad", {"name": "Bad", "fields": {"a": {"type": "?"}}}))
     assert registry.names() == ()  # validating a record does not bake it
 
@@ -232,7 +232,7 @@ def test_apply_rebakes_what_changed_and_drops_what_was_removed() -> None:
     assert registry.names() == ("Invoice", "Memo")
     with pytest.raises(InvalidNodeTypeError):
         registry.validate(node("Note", {"text": "x"}))
-    with pytest.raises(NodeValidationError, match="content.text: Field required"):
+    with pytest.raises(NodeValidationError, match=r"content\.text: Field required"):
         registry.validate(node("Memo", {}))
 
     removed = registry.apply(QueryFrame.delta(removed=["types/Invoice"]))
