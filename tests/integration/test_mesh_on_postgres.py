@@ -58,7 +58,7 @@ async def test_an_ambiguous_commit_is_answered_created_once_with_no_duplicate_ro
     store = PostgresStore(proxy.dsn(pg_dsn), schema_prefix=prefix, max_size=2)
     await store.start()
     try:
-        mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger())
+        mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(""))
         await mesh.create(doc("amb/seed"), access=ALICE)
         marker = "AMBIGUOUS-COMMIT-7f3a"
         # The INSERT carrying the marker reaches the server and commits; its reply never returns.

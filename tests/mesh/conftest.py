@@ -21,7 +21,7 @@ def make_mesh(**options: Any) -> tuple[Mesh, FaultInjectingStore]:
     """A mesh over FaultInjectingStore(InMemoryStore()) with an in-memory ledger."""
     store = FaultInjectingStore(InMemoryStore())
     options.setdefault("retry_delays", FAST)
-    options.setdefault("ledger", PendingWriteLedger(journal_dir=None))
+    options.setdefault("ledger", PendingWriteLedger(""))
     return Mesh(store, **options), store
 
 

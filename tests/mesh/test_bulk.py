@@ -100,7 +100,7 @@ async def test_a_second_window_failing_after_the_first_committed_is_a_partial_la
     log_records: list[dict[str, object]],
 ) -> None:
     store = FaultInjectingStore(_SecondWindowFails())
-    mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(journal_dir=None))
+    mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(""))
     batch = nodes("acme", 25)
     response = await ask(mesh, CreateNodesRequest(nodes=batch, access=ALICE, window=10))
     assert response.rejection_reason is RejectionReason.UNKNOWN

@@ -371,7 +371,7 @@ async def test_a_request_without_a_requester_is_forbidden() -> None:
 
 
 async def test_a_ledger_passed_in_is_the_one_recorded_into(tmp_path: object) -> None:
-    ledger = PendingWriteLedger()
+    ledger = PendingWriteLedger("")
     mesh, store = make_mesh(ledger=ledger)
     store.refuse_writes_as_unreachable()
     await ask(mesh, CreateNodeRequest(node=node("acme/z"), access=ALICE))

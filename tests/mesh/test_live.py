@@ -40,7 +40,7 @@ async def test_a_live_query_gives_an_initial_then_deltas_and_late_subscribers_a_
 async def test_a_stalled_store_faults_the_query_naming_it_after_the_budget() -> None:
     scheduler = TestScheduler()
     store = FaultInjectingStore(InMemoryStore())
-    mesh = Mesh(store, scheduler=scheduler, ledger=PendingWriteLedger(), initial_budget=15.0)
+    mesh = Mesh(store, scheduler=scheduler, ledger=PendingWriteLedger(""), initial_budget=15.0)
     store.stall_initial()
     errors: list[Exception] = []
     mesh.query(QUERY).subscribe(on_error=errors.append)
@@ -56,7 +56,7 @@ async def test_a_stalled_store_faults_the_query_naming_it_after_the_budget() -> 
 async def test_control_a_store_answering_inside_the_budget_does_not_fault() -> None:
     scheduler = TestScheduler()
     store = FaultInjectingStore(InMemoryStore())
-    mesh = Mesh(store, scheduler=scheduler, ledger=PendingWriteLedger(), initial_budget=15.0)
+    mesh = Mesh(store, scheduler=scheduler, ledger=PendingWriteLedger(""), initial_budget=15.0)
     store.stall_initial()
     frames: list[QueryFrame] = []
     errors: list[Exception] = []

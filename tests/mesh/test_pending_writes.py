@@ -65,7 +65,7 @@ async def test_negative_control_without_recording_nothing_is_recorded_and_nothin
 async def test_no_evidence_no_reissue_even_an_hour_later() -> None:
     scheduler = TestScheduler()
     store = FaultInjectingStore(InMemoryStore())
-    mesh = Mesh(store, scheduler=scheduler, retry_delays=(), ledger=PendingWriteLedger())
+    mesh = Mesh(store, scheduler=scheduler, retry_delays=(), ledger=PendingWriteLedger(""))
     await mesh.create(doc("acme/seed"), access=ALICE)
     store.refuse_writes_as_unreachable()
     response = await first_value(
