@@ -1,8 +1,8 @@
 """The ``rxmesh`` command line: ``python -m rxmesh <command> ...`` or the ``rxmesh`` script.
 
 Each subcommand is ONE function that registers its parser and sets ``run`` (a function of the
-parsed namespace returning the exit code); :data:`COMMANDS` lists them. To add ``drill`` or
-``import``, write ``add_drill(subparsers)`` and append it to :data:`COMMANDS`.
+parsed namespace returning the exit code); :data:`COMMANDS` lists them (``drill``, ``import``,
+``triage``). To add a command, write ``add_<name>(subparsers)`` and append it to :data:`COMMANDS`.
 
 The CLI is an application, so it enables rxmesh's logging (``logger.enable("rxmesh")``) and adds a
 stderr sink for rxmesh records while it runs; both are undone when :func:`main` returns.
@@ -25,7 +25,7 @@ from rxmesh.diagnosis import (
     triage,
 )
 
-__all__ = ["COMMANDS", "Subparsers", "add_triage", "main"]
+__all__ = ["COMMANDS", "Subparsers", "add_drill", "add_import", "add_triage", "main"]
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """What a subcommand's registration function receives."""
@@ -83,7 +83,55 @@ def add_triage(subparsers: Subparsers) -> None:
     parser.set_defaults(run=_run_triage)
 
 
-COMMANDS: tuple[Callable[[Subparsers], None], ...] = (add_triage,)
+def _run_drill(args: argparse.Namespace) -> int:
+    from rxmesh.drill import run
+
+    if not args.show_log:
+        logger.disable("rxmesh")  # the timeline says it; main() disables it again on the way out
+    return run(args)
+
+
+def add_drill(subparsers: Subparsers) -> None:
+    """``drill [--dsn DSN] [--json] [--journal-dir D] ...``: the outage drill (rxmesh.drill)."""
+    from rxmesh.drill import add_arguments
+
+    parser = subparsers.add_parser(
+        "drill",
+        help="run an outage drill: creates answered UNAVAILABLE, journaled, re-issued on evidence",
+        description=(
+            "Starts a mesh with a pending-write journal, a live record census and health; makes "
+            "the store unreachable; shows the answers, the journal, the census re-opening and "
+            "health DEGRADED; brings the store back; shows the evidence, the re-issues and their "
+            "verdicts; ends with a table of invariants. Exit status 0 only if all hold. Runs on "
+            "the embedded store with no set-up, or against PostgreSQL with --dsn (through a "
+            "loopback fault proxy it starts; it never stops a server)."
+        ),
+    )
+    add_arguments(parser)
+    parser.set_defaults(run=_run_drill)
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    from rxmesh.importer import run
+
+    return run(args)
+
+
+def add_import(subparsers: Subparsers) -> None:
+    """``import DIR --dsn DSN ...``: bulk-create the nodes described by JSON files (importer)."""
+    from rxmesh.importer import FORMAT_HELP, add_arguments
+
+    parser = subparsers.add_parser(
+        "import",
+        help="bulk-create the nodes described by the JSON / JSON-lines files under a directory",
+        description=FORMAT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    parser.set_defaults(run=_run_import)
+
+
+COMMANDS: tuple[Callable[[Subparsers], None], ...] = (add_drill, add_import, add_triage)
 """The subcommands' registration functions, in the order ``--help`` lists them."""
 
 
