@@ -17,7 +17,7 @@ from reactivex.testing import TestScheduler
 from rxmesh.cache import SyncedQueryCache, fold_query_frames
 from rxmesh.census import CENSUS_QUERY, LiveRecordCensus, describe_chain
 from rxmesh.exceptions import StoreError
-from rxmesh.health import HealthStatus, LiveRecordCensusCheck
+from rxmesh.health import HealthStatus, LiveRecordCensusCheck, LiveRecordReading
 from rxmesh.model import MeshNode, NodeQuery, QueryFrame
 from rxmesh.nodetypes import NodeTypeRegistry
 from rxmesh.operators import fan_in
@@ -350,3 +350,51 @@ def test_control_a_transient_fault_that_is_not_store_unreachable_carries_no_adja
         "ConnectionResetError interrupted the census subscription — re-opening (1/5) in 2s: "
         "ConnectionResetError: [Errno 104] x"
     )
+
+
+async def test_on_the_asyncio_loop_a_type_created_through_the_mesh_is_baked_by_the_census() -> None:
+    """End to end, no virtual time: the census runs its timers on the running loop."""
+    import asyncio
+
+    from rxmesh import AccessContext, Mesh
+    from rxmesh.ledger import PendingWriteLedger
+
+    inner = InMemoryStore()
+    store = FaultInjectingStore(inner)
+    registry = NodeTypeRegistry(strict=True)
+    mesh = Mesh(store, node_types=registry, ledger=PendingWriteLedger(journal_dir=None))
+    cache: SyncedQueryCache[NodeQuery, QueryFrame] = SyncedQueryCache(
+        lambda q: fan_in({"memory": store.query(q)}, query=q), replay=fold_query_frames
+    )
+    baked_note = asyncio.Event()
+    reread = asyncio.Event()
+    censuses: list[LiveRecordCensus] = []
+
+    class Check(LiveRecordCensusCheck):
+        def record_live_records(self, reading: int | LiveRecordReading) -> None:
+            super().record_live_records(reading)
+            if "Note" in registry:
+                baked_note.set()
+            if censuses and censuses[0].statistics().opens >= 2:
+                reread.set()  # a reading after the re-open
+
+    check = Check()
+    store.die_mid_stream(after_frames=1)
+    census = LiveRecordCensus(cache, registry, check, backoff=(0.01,))
+    censuses.append(census)
+    census.start()
+    alice = AccessContext(user="alice")
+    typed = MeshNode(path="acme/n1", node_type="Note", content={"text": "hi"})
+
+    with pytest.raises(Exception, match="unknown node type 'Note'"):
+        await mesh.create(typed, access=alice)
+    await mesh.create(record("types/Note", "Note"), access=alice)
+    await asyncio.wait_for(baked_note.wait(), 5)
+    created = await mesh.create(typed, access=alice)
+
+    assert created.node_type == "Note"
+    await asyncio.wait_for(reread.wait(), 5)
+    assert census.statistics().opens == 2
+    assert check().description == "LIVE RECORD CENSUS: 1 NodeType record watched"
+    census.dispose()
+    mesh.dispose()
