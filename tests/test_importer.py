@@ -1,0 +1,227 @@
+"""`rxmesh import`: 10,000 nodes in windows, idempotent re-runs, bad files named with their line."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rxmesh import cli
+from rxmesh.importer import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    Progress,
+    import_directory,
+    read_directory,
+)
+from rxmesh.ledger import PendingWriteLedger
+from rxmesh.mesh import Mesh
+from rxmesh.providers.memory import InMemoryStore
+from rxmesh.testing import FaultInjectingStore
+
+
+def _write_nodes(directory: Path, count: int, *, files: int = 10) -> None:
+    """``count`` nodes: JSON-lines files, plus one .json list and one .json object."""
+    directory.mkdir(parents=True, exist_ok=True)
+    per_file = (count - 3) // files
+    written = 0
+    for f in range(files):
+        size = per_file if f < files - 1 else count - 3 - written
+        lines = [
+            json.dumps({"path": f"f{f}/n{i}", "node_type": "Item", "content": {"i": i}})
+            for i in range(size)
+        ]
+        (directory / f"part{f:02d}.jsonl").write_text("\n".join(lines) + "\n")
+        written += size
+    sub = directory / "more"
+    sub.mkdir()
+    (sub / "list.json").write_text(
+        json.dumps([{"path": "extra/a", "content": 1}, {"path": "extra/b", "node_type": "X"}])
+    )
+    (sub / "one.json").write_text(json.dumps({"path": "extra/c", "content": {"k": "v"}}))
+    (sub / "notes.txt").write_text("not imported: only .json and .jsonl are read")
+
+
+@pytest.fixture
+def ten_thousand(tmp_path: Path) -> Path:
+    directory = tmp_path / "nodes"
+    _write_nodes(directory, 10_000)
+    return directory
+
+
+@pytest.fixture
+def broken(tmp_path: Path) -> Path:
+    directory = tmp_path / "broken"
+    directory.mkdir()
+    (directory / "good.jsonl").write_text(
+        "\n".join(json.dumps({"path": f"good/n{i}", "content": i}) for i in range(5)) + "\n"
+    )
+    (directory / "bad.json").write_text('{"path": "x",\n  "content": 1,,\n}')
+    (directory / "list.json").write_text(
+        "[\n"
+        '  {"path": "list/ok", "content": 1},\n'
+        '  {"path": "list//empty", "content": 2},\n'
+        '  {"path": "list/typed", "node_type": 5}\n'
+        "]\n"
+    )
+    (directory / "lines.jsonl").write_text(
+        '{"path": "lines/ok", "content": 1}\n'
+        "not json\n"
+        '{"path": "lines/extra", "colour": "red"}\n'
+        "\n"
+        '{"path": "good/n1", "content": 1}\n'
+        "[1, 2]\n"
+        '{"path": "lines/none"}\n'
+        '{"path": "_system/x", "content": 1}\n'
+    )
+    return directory
+
+
+async def test_ten_thousand_nodes_import_and_a_second_run_creates_nothing(
+    ten_thousand: Path,
+) -> None:
+    mesh = Mesh(InMemoryStore())
+    first = await import_directory(ten_thousand, mesh, partition="bulk", window=1000)
+    assert (first.created, first.already_present, first.refused) == (10_000, 0, [])
+    assert first.files == 12 and first.exit_status == EXIT_OK
+    second = await import_directory(ten_thousand, mesh, partition="bulk", window=1000)
+    assert (second.created, second.already_present) == (0, 10_000)
+    assert second.exit_status == EXIT_OK
+    assert "created           0\n  already present   10000" in second.format()
+    mesh.dispose()
+
+
+def test_the_cli_imports_into_memory(
+    ten_thousand: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = cli.main(["import", str(ten_thousand), "--dsn", "memory://", "--partition", "p"])
+    out = capsys.readouterr()
+    assert status == EXIT_OK
+    assert "created           10000" in out.out
+    assert "\r[" not in out.err  # stderr is not a TTY under pytest: no progress bar
+
+
+def test_broken_files_are_reported_with_file_line_and_reason(
+    broken: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = cli.main(["import", str(broken), "--dsn", "memory://", "--no-progress"])
+    out = capsys.readouterr().out
+    assert status == EXIT_REFUSED
+    for line in (
+        "bad.json:2: invalid JSON: Expecting property name enclosed in double quotes",
+        "list.json:3: path 'list//empty' has an empty segment",
+        "list.json:4: 'node_type' must be a string, got int",
+        "lines.jsonl:2: invalid JSON: Expecting value",
+        "lines.jsonl:3: unknown key(s) 'colour'",
+        "lines.jsonl:5: duplicate path 'good/n1' (first at good.jsonl:2)",
+        "lines.jsonl:6: expected a node object, got list",
+        "lines.jsonl:7: node 'lines/none' has neither a node_type nor content",
+        "lines.jsonl:8: path '_system/x': segment '_system' is reserved for system records",
+    ):
+        assert line in out, line
+    assert "created           7" in out  # good/n0-4, list/ok, lines/ok
+    assert "refused           9" in out
+
+
+def test_reading_a_directory_keeps_file_order_and_lines(broken: Path) -> None:
+    items, problems, files = read_directory(broken)
+    assert files == 4
+    assert [(i.file, i.line, i.node.path) for i in items if i.file == "list.json"] == [
+        ("list.json", 2, "list/ok")
+    ]
+    assert all(p.file and p.reason for p in problems)
+
+
+async def test_an_unreachable_store_answers_unavailable_journals_and_stops(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "nodes"
+    directory.mkdir()
+    (directory / "n.jsonl").write_text(
+        "\n".join(json.dumps({"path": f"n{i}", "content": i}) for i in range(10)) + "\n"
+    )
+    store = FaultInjectingStore(InMemoryStore())
+    store.refuse_writes_as_unreachable()
+    mesh = Mesh(store, ledger=PendingWriteLedger(tmp_path / "journal"), retry_delays=())
+    report = await import_directory(directory, mesh, partition="p", window=4)
+    assert report.created == 0
+    assert len(report.unavailable) == 4  # the first window; nothing was written
+    assert len(report.not_attempted) == 6  # the rest waits for a re-run
+    assert report.exit_status == EXIT_UNAVAILABLE
+    assert len(mesh.ledger.pending()) == 4  # journaled for one re-issue
+    assert "journaled for one re-issue in" in report.format()
+    # one write met the store (the partition's first system record) and was refused; the other
+    # windows were never attempted
+    assert [(op.op, op.outcome) for op in store.writes_attempted()] == [("write", "refused")]
+    mesh.dispose()
+
+
+async def test_a_reachable_store_is_not_reported_unavailable(tmp_path: Path) -> None:
+    """Negative control of the test above: the same import on a healthy store."""
+    directory = tmp_path / "nodes"
+    directory.mkdir()
+    (directory / "n.jsonl").write_text(
+        "\n".join(json.dumps({"path": f"n{i}", "content": i}) for i in range(10)) + "\n"
+    )
+    mesh = Mesh(FaultInjectingStore(InMemoryStore()), retry_delays=())
+    report = await import_directory(directory, mesh, partition="p", window=4)
+    assert (report.created, report.unavailable, report.not_attempted) == (10, [], [])
+    mesh.dispose()
+
+
+def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["import", str(tmp_path / "missing"), "--dsn", "memory://"]) == EXIT_USAGE
+    assert cli.main(["import", str(tmp_path), "--dsn", "memory://", "--partition", "a/b"]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["import", str(tmp_path)])  # --dsn is required
+
+
+def test_the_progress_bar_shows_items_rate_and_eta_and_is_off_when_not_a_tty() -> None:
+    stream = io.StringIO()
+    bar = Progress(100, stream=stream, enabled=True)
+    bar.update(100)
+    bar.finish()
+    text = stream.getvalue()
+    assert text.startswith("\r[##############################] 100/100 items")
+    assert "/s  ETA 0s" in text and text.endswith("\n")
+    quiet = io.StringIO()  # StringIO is not a TTY: the default is off
+    off = Progress(100, stream=quiet)
+    off.update(50)
+    off.finish()
+    assert quiet.getvalue() == ""
+
+
+@pytest.fixture
+def pg_partition(pg_dsn: str) -> Iterator[str]:
+    partition = f"imp{secrets.token_hex(4)}"
+    yield partition
+
+    async def drop() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "rxmesh_{partition}" CASCADE')
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())
+
+
+@pytest.mark.postgres
+def test_ten_thousand_nodes_import_into_postgres_twice(
+    ten_thousand: Path, pg_dsn: str, pg_partition: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["import", str(ten_thousand), "--dsn", pg_dsn, "--partition", pg_partition]
+    assert cli.main([*args, "--window", "2000"]) == EXIT_OK
+    assert "created           10000\n  already present   0" in capsys.readouterr().out
+    assert cli.main(args) == EXIT_OK
+    assert "created           0\n  already present   10000" in capsys.readouterr().out
