@@ -3,8 +3,9 @@
 This is the only module of rxmesh that imports asyncpg. Layout: partition ``P`` lives in the
 schema ``"<schema_prefix>P"`` (default prefix ``rxmesh_``; partitions are case-sensitive and the
 quoted identifier keeps their case, so the mapping is injective), one ``nodes`` table per schema.
-Statement-level triggers ``pg_notify`` one small payload per changed row (schema, path, op,
-version) on a single channel; the change feed fetches the row itself.
+Statement-level triggers ``pg_notify`` small payloads on a single channel: ``[schema, op,
+[[path, version], ...]]``, one per ~6 kB of changed rows (a bulk window of 1000 rows is a handful
+of NOTIFYs, not 1000); the change feed fetches the rows itself and reports one change per row.
 
 Every driver/network failure crosses :meth:`PostgresStore._raise_at_boundary`, the ONE place
 where asyncpg's shapes (measured in ``shared/design/asyncpg-faults.md``) become
@@ -14,6 +15,7 @@ where asyncpg's shapes (measured in ``shared/design/asyncpg-faults.md``) become
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -203,7 +205,7 @@ class PostgresStore:
         self._listen_lock = asyncio.Lock()
         self._lost = asyncio.Event()
         self._listening = asyncio.Event()
-        self._notifications: asyncio.Queue[tuple[str, str, str, int]] = asyncio.Queue()
+        self._notifications: asyncio.Queue[str] = asyncio.Queue()
         self._feed_task: asyncio.Task[None] | None = None
         self._dispatch_task: asyncio.Task[None] | None = None
 
@@ -455,13 +457,33 @@ class PostgresStore:
                 );
                 CREATE OR REPLACE FUNCTION {s}.rxmesh_notify() RETURNS trigger
                 LANGUAGE plpgsql AS $fn$
+                DECLARE
+                    payload text;
                 BEGIN
+                    -- One NOTIFY per ~6 kB of changed rows: [schema, op, [[path, version], ...]]
+                    -- (paths are <= 512 ASCII bytes, so a payload stays under the 8000 limit).
                     IF TG_OP = 'DELETE' THEN
-                        PERFORM pg_notify('{channel}', json_build_array(
-                            TG_TABLE_SCHEMA, o.path, 'delete', o.version)::text) FROM old_rows o;
+                        FOR payload IN
+                            SELECT json_build_array(TG_TABLE_SCHEMA, 'delete',
+                                json_agg(json_build_array(path, version)))::text
+                            FROM (SELECT path, version, sum(octet_length(path) + 24)
+                                      OVER (ROWS UNBOUNDED PRECEDING) / 6000 AS g
+                                  FROM old_rows) AS c
+                            GROUP BY g
+                        LOOP
+                            PERFORM pg_notify('{channel}', payload);
+                        END LOOP;
                     ELSE
-                        PERFORM pg_notify('{channel}', json_build_array(
-                            TG_TABLE_SCHEMA, n.path, 'upsert', n.version)::text) FROM new_rows n;
+                        FOR payload IN
+                            SELECT json_build_array(TG_TABLE_SCHEMA, 'upsert',
+                                json_agg(json_build_array(path, version)))::text
+                            FROM (SELECT path, version, sum(octet_length(path) + 24)
+                                      OVER (ROWS UNBOUNDED PRECEDING) / 6000 AS g
+                                  FROM new_rows) AS c
+                            GROUP BY g
+                        LOOP
+                            PERFORM pg_notify('{channel}', payload);
+                        END LOOP;
                     END IF;
                     RETURN NULL;
                 END
@@ -625,70 +647,67 @@ class PostgresStore:
             scheduler: abc.SchedulerBase | None = None,
         ) -> abc.DisposableBase:
             async def run() -> None:
-                for committed in await self._plan_windows(batch, window):
-                    observer.on_next(await committed())
+                if batch:
+                    await self._write_windows(batch, window, observer.on_next)
                 observer.on_completed()
 
-            return from_async(run).subscribe(
-                on_error=observer.on_error, scheduler=scheduler
-            )
+            return from_async(run).subscribe(on_error=observer.on_error, scheduler=scheduler)
 
         return Observable(subscribe)
 
-    async def _plan_windows(
-        self, nodes: list[MeshNode], window: int
-    ) -> list[Callable[[], Awaitable[WindowCommitted]]]:
+    async def _write_windows(
+        self, nodes: list[MeshNode], window: int, emit: Callable[[WindowCommitted], None]
+    ) -> None:
         by_partition: dict[str, list[MeshNode]] = {}
-        for node in nodes:
-            validate_path(node.path)
-            by_partition.setdefault(node.partition, []).append(node)
-        plan: list[Callable[[], Awaitable[WindowCommitted]]] = []
-        for partition, members in by_partition.items():
-            for index, start in enumerate(range(0, len(members), window)):
-                chunk = members[start : start + window]
-                plan.append(self._window_writer(partition, index, chunk))
-        return plan
+        for node in nodes:  # paths were validated when the MeshNode was built
+            by_partition.setdefault(partition_of(node.path), []).append(node)
 
-    def _window_writer(
-        self, partition: str, index: int, chunk: list[MeshNode]
-    ) -> Callable[[], Awaitable[WindowCommitted]]:
-        table = self._table(partition)
+        async def work(conn: _Connection) -> None:
+            # One pooled connection for the whole batch; every window is its own transaction
+            # (one statement), committed and reported before the next one starts.
+            for partition, members in by_partition.items():
+                table = self._table(partition)
+                for index, start in enumerate(range(0, len(members), window)):
+                    chunk = members[start : start + window]
+                    rows = await self._with_schema(
+                        conn, partition, functools.partial(self._insert_window, conn, table, chunk)
+                    )
+                    landed = {row["path"] for row in rows}
+                    emit(
+                        WindowCommitted(
+                            partition=partition,
+                            index=index,
+                            paths=tuple(n.path for n in chunk if n.path in landed),
+                        )
+                    )
+
+        await self._run(f"writing {len(nodes)} node(s) in windows of {window}", work)
+
+    async def _insert_window(
+        self, conn: _Connection, table: str, chunk: list[MeshNode]
+    ) -> list[asyncpg.Record]:
         sql = (
             f"INSERT INTO {table} (path, node_type, content, created_by, created_at, version,"
             " request_id) SELECT p, t, c::jsonb, b, a, v, r FROM unnest($1::text[], $2::text[],"
             " $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::text[])"
             " AS u(p, t, c, b, a, v, r) ON CONFLICT (path) DO NOTHING RETURNING path"
         )
-        args = (
-            [n.path for n in chunk],
-            [n.node_type for n in chunk],
-            [_content_text(n) for n in chunk],
-            [n.created_by for n in chunk],
-            [n.created_at for n in chunk],
-            [max(1, n.version) for n in chunk],
-            [n.request_id for n in chunk],
-        )
-
-        async def insert(conn: _Connection) -> list[asyncpg.Record]:
-            try:
-                return await conn.fetch(sql, *args, timeout=self._command_timeout)
-            except asyncio.CancelledError:
-                if not _is_closed(conn):
-                    conn.terminate()  # never reuse a connection whose bulk call was cancelled
-                raise
-
-        async def work(conn: _Connection) -> WindowCommitted:
-            rows = await self._with_schema(conn, partition, lambda: insert(conn))
-            landed = {row["path"] for row in rows}
-            return WindowCommitted(
-                partition=partition,
-                index=index,
-                paths=tuple(n.path for n in chunk if n.path in landed),
+        try:
+            return await conn.fetch(
+                sql,
+                [n.path for n in chunk],
+                [n.node_type for n in chunk],
+                [_content_text(n) for n in chunk],
+                [n.created_by for n in chunk],
+                [n.created_at for n in chunk],
+                [max(1, n.version) for n in chunk],
+                [n.request_id for n in chunk],
+                timeout=self._command_timeout,
             )
-
-        return lambda: self._run(
-            f"writing window {index} ({len(chunk)} row(s)) of partition '{partition}'", work
-        )
+        except asyncio.CancelledError:
+            if not _is_closed(conn):
+                conn.terminate()  # never reuse a connection whose bulk call was cancelled
+            raise
 
     def update(self, node: MeshNode) -> Observable[MeshNode | None]:
         """Replace type and content of an existing node, version + 1; ``None`` if absent."""
@@ -899,8 +918,7 @@ class PostgresStore:
         return self._answers.subject
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        schema, path, op, version = json.loads(cast(str, payload))
-        self._notifications.put_nowait((schema, path, op, int(version)))
+        self._notifications.put_nowait(cast(str, payload))
 
     def _on_terminated(self, conn: object) -> None:
         if conn is self._listen_conn:
@@ -989,13 +1007,18 @@ class PostgresStore:
     async def _dispatch(self) -> None:
         """Turn queued NOTIFYs into NodeChange and CommitAnnounced, fetching rows in batches."""
         while True:
-            batch = [await self._notifications.get()]
-            while not self._notifications.empty() and len(batch) < 5000:
-                batch.append(self._notifications.get_nowait())
+            payloads = [await self._notifications.get()]
+            while not self._notifications.empty() and len(payloads) < 100:
+                payloads.append(self._notifications.get_nowait())
             deliver = self._changes.observed  # live queries subscribe to it too
             announce = self._answers.observed
             if not (deliver or announce):
                 continue
+            batch = [
+                (schema, path, op, int(version))
+                for schema, op, rows in map(json.loads, payloads)
+                for path, version in rows
+            ]
             rows = await self._fetch_changed(batch) if deliver else {}
             changes, answers = self._changes.subject, self._answers.subject
             for schema, path, op, version in batch:
@@ -1027,10 +1050,16 @@ class PostgresStore:
             try:
                 for schema, paths in wanted.items():
                     try:
-                        records = await conn.fetch(
-                            f"SELECT {_COLUMNS} FROM {quote_identifier(schema)}.nodes"
-                            " WHERE path = ANY($1::text[])",
-                            paths,
+                        table = f"{quote_identifier(schema)}.nodes"
+                        records = (
+                            await conn.fetch(
+                                f"SELECT {_COLUMNS} FROM {table} WHERE path = $1", paths[0]
+                            )
+                            if len(paths) == 1
+                            else await conn.fetch(
+                                f"SELECT {_COLUMNS} FROM {table} WHERE path = ANY($1::text[])",
+                                paths,
+                            )
                         )
                     except _MISSING_SCHEMA:
                         continue

@@ -1,0 +1,260 @@
+"""PostgresStore against raw asyncpg, measured in the same run (JSON lines on stdout).
+
+Usage::
+
+    python bench/stores.py [--dsn DSN] [--rows 100000] [--window 1000] [--notifies 300]
+                           [--repeat 3]
+
+Lines printed:
+
+- ``write_many``: rows/s of ``PostgresStore.write_many`` vs raw asyncpg on the same rows and the
+  same windows (each window its own transaction): ``executemany``, ``INSERT ... SELECT FROM
+  unnest(...)`` and ``copy_records_to_table``; median of ``--repeat`` rounds; ratios. Target:
+  ``ratio_vs_unnest >= 0.8``. Every contender starts from the same ``MeshNode`` list and pays for
+  turning it into rows (JSON-encoding the content). The raw tables are plain (no trigger, nobody
+  listening); the store pays for its change feed (its statement triggers and its listener).
+- ``change_feed_latency``: for the same commits, commit -> ``PostgresStore.changes`` subscriber
+  (the row fetched) vs commit -> a raw asyncpg ``LISTEN`` callback on the same channel; p50/p99
+  in ms, measured from before the INSERT is sent; target ``p50_ratio <= 1.5``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+from reactivex import operators as ops
+
+from rxmesh.aio import first_value
+from rxmesh.model import MeshNode, NodeChange
+from rxmesh.providers.postgres import PostgresStore, quote_identifier
+
+DEFAULT_DSN = os.environ.get("RXMESH_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+_COLUMNS = ("path", "node_type", "content", "created_by", "created_at", "version", "request_id")
+
+
+def _nodes(n: int, tag: str) -> list[MeshNode]:
+    now = datetime.now(UTC)
+    return [
+        MeshNode(
+            path=f"{tag}/n{i:07d}",
+            node_type="Bench",
+            content={"i": i, "text": "small node content of a few dozen bytes"},
+            created_by="bench",
+            created_at=now,
+            version=1,
+            request_id=f"req-{i}",
+        )
+        for i in range(n)
+    ]
+
+
+def _records(nodes: list[MeshNode]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            n.path,
+            n.node_type,
+            json.dumps(n.content),
+            n.created_by,
+            n.created_at,
+            n.version,
+            n.request_id,
+        )
+        for n in nodes
+    ]
+
+
+async def _raw_table(conn: asyncpg.Connection, schema: str) -> str:
+    s = quote_identifier(schema)
+    await conn.execute(
+        f"CREATE SCHEMA IF NOT EXISTS {s}; DROP TABLE IF EXISTS {s}.raw;"
+        f" CREATE TABLE {s}.raw (path text PRIMARY KEY, node_type text, content jsonb,"
+        " created_by text, created_at timestamptz, version bigint NOT NULL DEFAULT 0,"
+        " request_id text)"
+    )
+    return f"{s}.raw"
+
+
+async def _timed(work: Callable[[], Awaitable[None]]) -> float:
+    started = time.perf_counter()
+    await work()
+    return time.perf_counter() - started
+
+
+async def bench_write_many(dsn: str, rows: int, window: int, repeat: int) -> dict[str, Any]:
+    """Median rows/s of the store's write_many and of three raw baselines."""
+    prefix = f"rxb{uuid.uuid4().hex[:8]}_"
+    schema = prefix + "raw"
+    conn = await asyncpg.connect(dsn, command_timeout=120)
+    nodes = _nodes(rows, "w")
+    store = PostgresStore(dsn, schema_prefix=prefix, max_size=2, command_timeout=120)
+    await store.start()
+    timings: dict[str, list[float]] = {k: [] for k in ("executemany", "unnest", "copy", "store")}
+    try:
+        table = await _raw_table(conn, schema)
+        insert_one = (
+            f"INSERT INTO {table} ({', '.join(_COLUMNS)})"
+            " VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7) ON CONFLICT (path) DO NOTHING"
+        )
+        unnest = (
+            f"INSERT INTO {table} ({', '.join(_COLUMNS)}) SELECT p, t, c::jsonb, b, a, v, r"
+            " FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[],"
+            " $6::bigint[], $7::text[]) AS u(p, t, c, b, a, v, r)"
+            " ON CONFLICT (path) DO NOTHING RETURNING path"
+        )
+
+        # Every baseline starts from the same MeshNodes and pays for turning them into rows.
+        async def executemany() -> None:
+            for start in range(0, rows, window):
+                async with conn.transaction():
+                    await conn.executemany(insert_one, _records(nodes[start : start + window]))
+
+        async def with_unnest() -> None:
+            for start in range(0, rows, window):
+                chunk = _records(nodes[start : start + window])
+                await conn.fetch(unnest, *(list(column) for column in zip(*chunk, strict=True)))
+
+        async def copy() -> None:
+            for start in range(0, rows, window):
+                await conn.copy_records_to_table(
+                    "raw",
+                    schema_name=schema,
+                    records=_records(nodes[start : start + window]),
+                    columns=list(_COLUMNS),
+                )
+
+        async def through_store() -> None:
+            await first_value(store.write_many(nodes, window).pipe(ops.count()), timeout=600)
+
+        store_table = f"{quote_identifier(store.schema_of('w'))}.nodes"
+        for _ in range(repeat):
+            for key, work in (
+                ("executemany", executemany),
+                ("unnest", with_unnest),
+                ("copy", copy),
+            ):
+                await conn.execute(f"TRUNCATE {table}")
+                timings[key].append(await _timed(work))
+            if await conn.fetchval("SELECT to_regclass($1)", store_table):
+                await conn.execute(f"TRUNCATE {store_table}")
+            timings["store"].append(await _timed(through_store))
+            assert await conn.fetchval(f"SELECT count(*) FROM {store_table}") == rows
+    finally:
+        await store.close()
+        for name in (schema, store.schema_of("w")):
+            await conn.execute(f"DROP SCHEMA IF EXISTS {quote_identifier(name)} CASCADE")
+        await conn.close()
+    rate = {k: rows / statistics.median(v) for k, v in timings.items()}
+    return {
+        "bench": "write_many",
+        "rows": rows,
+        "window": window,
+        "repeat": repeat,
+        "rows_per_s": {k: round(v) for k, v in rate.items()},
+        "ratio_vs_unnest": round(rate["store"] / rate["unnest"], 3),
+        "ratio_vs_executemany": round(rate["store"] / rate["executemany"], 3),
+        "ratio_vs_copy": round(rate["store"] / rate["copy"], 3),
+        "target_ratio_vs_unnest": 0.8,
+    }
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def bench_change_feed_latency(dsn: str, notifies: int) -> dict[str, Any]:
+    """Commit -> subscriber latency: the store's ``changes`` vs a raw LISTEN callback on the SAME
+    channel, for the SAME commits (both hear every NOTIFY the store's trigger sends)."""
+    prefix = f"rxb{uuid.uuid4().hex[:8]}_"
+    writer = await asyncpg.connect(dsn)
+    listener = await asyncpg.connect(dsn)
+    store = PostgresStore(dsn, schema_prefix=prefix, max_size=2)
+    await store.start()
+    loop = asyncio.get_running_loop()
+    waiting: dict[tuple[str, str], asyncio.Future[float]] = {}
+
+    def arrived(kind: str, path: str) -> None:
+        future = waiting.pop((kind, path), None)
+        if future is not None and not future.done():
+            future.set_result(time.perf_counter())
+
+    def on_raw(_c: object, _pid: int, _ch: str, payload: object) -> None:
+        for path, _version in json.loads(str(payload))[2]:
+            arrived("raw", path)
+
+    def on_change(change: NodeChange) -> None:
+        if change.node is not None:  # the row was fetched: what a subscriber gets
+            arrived("store", change.path)
+
+    raw_ms: list[float] = []
+    store_ms: list[float] = []
+    subscription = store.changes.subscribe(on_change)
+    try:
+        await listener.add_listener(f"{prefix}changes", on_raw)
+        await first_value(store.write(MeshNode(path="lat/warm", version=1)), timeout=10)
+        table = f"{quote_identifier(store.schema_of('lat'))}.nodes"
+        insert = f"INSERT INTO {table} (path, version) VALUES ($1, 1)"
+        for i in range(notifies):
+            path = f"lat/n{i:06d}"
+            raw: asyncio.Future[float] = loop.create_future()
+            mine: asyncio.Future[float] = loop.create_future()
+            waiting[("raw", path)] = raw
+            waiting[("store", path)] = mine
+            started = time.perf_counter()
+            await writer.execute(insert, path)
+            raw_done, store_done = await asyncio.wait_for(asyncio.gather(raw, mine), 10)
+            raw_ms.append((raw_done - started) * 1000)
+            store_ms.append((store_done - started) * 1000)
+    finally:
+        subscription.dispose()
+        await store.close()
+        await writer.execute(
+            f"DROP SCHEMA IF EXISTS {quote_identifier(store.schema_of('lat'))} CASCADE"
+        )
+        await writer.close()
+        await listener.close()
+    raw_p50, store_p50 = statistics.median(raw_ms), statistics.median(store_ms)
+    return {
+        "bench": "change_feed_latency",
+        "notifies": notifies,
+        "raw_listen_ms": {"p50": round(raw_p50, 4), "p99": round(_percentile(raw_ms, 0.99), 4)},
+        "store_changes_ms": {
+            "p50": round(store_p50, 4),
+            "p99": round(_percentile(store_ms, 0.99), 4),
+        },
+        "p50_ratio": round(store_p50 / raw_p50, 3),
+        "target_p50_ratio": 1.5,
+    }
+
+
+async def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    """Run both benchmarks and print one JSON line each."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--dsn", default=DEFAULT_DSN)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--window", type=int, default=1000)
+    parser.add_argument("--notifies", type=int, default=300)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    results = [
+        await bench_write_many(args.dsn, args.rows, args.window, args.repeat),
+        await bench_change_feed_latency(args.dsn, args.notifies),
+    ]
+    for line in results:
+        print(json.dumps(line), flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

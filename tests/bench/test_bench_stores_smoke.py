@@ -1,0 +1,43 @@
+"""bench/stores.py runs end to end on a tiny N and prints well-formed figures (not a benchmark)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytestmark = pytest.mark.postgres
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "stores.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_stores", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_stores_bench_prints_ratios_against_raw_baselines(
+    pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = _load()
+    args = ["--dsn", pg_dsn, "--rows", "2000", "--repeat", "1", "--notifies", "50"]
+    results = await bench.main(args)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines == results
+    write, latency = lines
+    assert write["bench"] == "write_many"
+    assert write["rows"] == 2000
+    assert set(write["rows_per_s"]) == {"executemany", "unnest", "copy", "store"}
+    assert all(rate > 0 for rate in write["rows_per_s"].values())
+    assert write["ratio_vs_unnest"] > 0
+    assert latency["bench"] == "change_feed_latency"
+    assert latency["notifies"] == 50
+    assert latency["raw_listen_ms"]["p50"] > 0
+    assert latency["store_changes_ms"]["p50"] > 0
