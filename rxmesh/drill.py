@@ -54,12 +54,14 @@ from reactivex import Observable, abc
 from reactivex.subject import Subject
 
 from rxmesh.cache import SyncedQueryCache
+from rxmesh.census import LiveRecordCensus
 from rxmesh.health import (
     HealthCheckResult,
     HealthRegistry,
     HealthReport,
     HealthStatus,
     LiveRecordCensusCheck,
+    LiveRecordReading,
 )
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
 from rxmesh.mesh import Mesh
@@ -67,12 +69,12 @@ from rxmesh.model import (
     NODE_TYPE_NODE_TYPE,
     AccessContext,
     ChangeFeedGap,
-    FrameKind,
     MeshNode,
     NodeQuery,
     QueryFrame,
     is_reserved_path,
 )
+from rxmesh.nodetypes import NodeTypeRegistry
 from rxmesh.operations import (
     CreateNodeRequest,
     CreateNodeResponse,
@@ -83,7 +85,6 @@ from rxmesh.operators import (
     DEFAULT_MAX_CONSECUTIVE_REOPENS,
     DEFAULT_REOPEN_BACKOFF,
     DEFAULT_RETRY_DELAYS,
-    reopen_on_transient_fault,
     retry_transient_connect,
 )
 from rxmesh.providers import Store
@@ -402,6 +403,16 @@ def _s(delays: Sequence[float]) -> str:
     return ", ".join(f"{d:g}" for d in delays) + " s"
 
 
+def _item_of(node: MeshNode) -> str | None:
+    """The logical item a drill row stands for (a NodeType record's is ``type:<name>``)."""
+    content = node.content
+    if not isinstance(content, dict):
+        return None
+    if "item" in content:
+        return str(content["item"])
+    return f"type:{content['name']}" if "name" in content else None
+
+
 def _journal_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.json") if not p.name.startswith("."))
 
@@ -422,8 +433,7 @@ class _Tracked:
 
     @property
     def item(self) -> str:
-        content = self.request.node.content
-        return str(content.get("item")) if isinstance(content, dict) else ""
+        return _item_of(self.request.node) or ""
 
     @property
     def first(self) -> str:
@@ -443,6 +453,30 @@ class _Tracked:
 # ---------------------------------------------------------------------------------- the drill
 
 
+class _CensusTap:
+    """The census's health sink: forwards to the health check and writes the timeline."""
+
+    def __init__(self, drill: _Drill) -> None:
+        self._drill = drill
+
+    def record_live_records(self, reading: int | LiveRecordReading) -> None:
+        drill = self._drill
+        drill.census_check.record_live_records(reading)
+        records = reading if isinstance(reading, int) else reading.records
+        drill.census_count = records
+        baked = len(drill.registry.names())
+        drill.tl.event(
+            "census",
+            f"reading: {records} NodeType record(s) watched, {baked} type(s) baked",
+            records=records,
+            baked=baked,
+        )
+
+    def record_live_records_fault(self, text: str, extra: str | None = None) -> None:
+        self._drill.census_check.record_live_records_fault(text, extra)
+        self._drill.tl.event("census", text if extra is None else f"{text}; {extra}")
+
+
 class _Drill:
     def __init__(
         self,
@@ -459,14 +493,15 @@ class _Drill:
         self.timeout = timeout
         self.reopen_backoff = tuple(reopen_backoff)
         self.retry_delays = tuple(retry_delays)
-        self.mesh = Mesh(backend.store, ledger=ledger, retry_delays=retry_delays)
+        self.registry = NodeTypeRegistry()
+        self.mesh = Mesh(
+            backend.store, ledger=ledger, retry_delays=retry_delays, node_types=self.registry
+        )
         self.access = AccessContext(user=DRILL_USER)
         self.tracked: list[_Tracked] = []
         self.outcomes: list[PendingWriteOutcome] = []
         self.census_check = LiveRecordCensusCheck()
         self.census_count: int | None = None
-        self.census_reopens = 0
-        self.census_terminal: BaseException | None = None
         self.health = HealthRegistry()
         self.health.register("live-record-census", self.census_check, tags=("ready",))
         self.health.register("pending-writes", self._pending_check, tags=("ready",))
@@ -505,48 +540,23 @@ class _Drill:
         )
 
     def start_census(self) -> None:
-        """The live record census: reopen_on_transient_fault over cache.get(NodeType query)."""
-        limit = DEFAULT_MAX_CONSECUTIVE_REOPENS
-        known: set[str] = set()
-
-        def on_reopen(fault: BaseException, n: int, delay: float) -> None:
-            self.census_reopens += 1
-            cause = fault.__cause__ or fault.__context__
-            via = f" ({type(cause).__name__})" if cause is not None else ""
-            text = (
-                f"{type(fault).__name__}{via} interrupted the live record census subscription "
-                f"— re-opening ({n}/{limit}) in {delay:g}s"
-            )
-            self.census_check.record_live_records_fault(text)
-            self.tl.event("census", text, reopen=n, delay=delay, fault=type(fault).__name__)
-
-        def on_frame(frame: QueryFrame) -> None:
-            if frame.kind is FrameKind.INITIAL:
-                known.clear()
-            known.update(node.path for node in frame.nodes)
-            known.difference_update(frame.removed)
-            self.census_count = len(known)
-            self.census_check.record_live_records(len(known))
-            self.tl.event(
-                "census",
-                f"reading ({frame.kind.value.lower()}): {len(known)} NodeType record(s) watched",
-                records=len(known),
-            )
-
-        def on_error(error: Exception) -> None:
-            self.census_terminal = error
-            self.census_check.record_live_records_fault(
-                f"{type(error).__name__} ended the live record census: {error}"
-            )
-            self.tl.event("census", f"ENDED by {type(error).__name__}: {error}")
-
-        watch = reopen_on_transient_fault(
-            lambda: self.cache.get(_NODE_TYPES),
+        """The live record census (:class:`~rxmesh.census.LiveRecordCensus`): a standing watch
+        over ``cache.get(NodeType query)`` that re-bakes the mesh's node types and tells health."""
+        self.census = LiveRecordCensus(
+            self.cache,
+            self.registry,
+            _CensusTap(self),
+            query=_NODE_TYPES,
             backoff=self.reopen_backoff,
-            max_consecutive=limit,
-            on_reopen=on_reopen,
-        )
-        self.census_subscription = watch.subscribe(on_frame, on_error)
+        ).start()
+
+    @property
+    def census_reopens(self) -> int:
+        return self.census.statistics().reopens
+
+    @property
+    def census_ended(self) -> bool:
+        return self.census.statistics().ended
 
     def cut_live_queries(self) -> None:
         self._cut.on_next(connection_reset_error(self.backend.store.name))
@@ -570,7 +580,14 @@ class _Drill:
     async def create(
         self, path: str, item: str, phase: str, *, node_type: str = "Sensor"
     ) -> _Tracked:
-        node = MeshNode(path=path, node_type=node_type, content={"item": item})
+        content: dict[str, Any] = {"item": item}
+        if node_type == NODE_TYPE_NODE_TYPE:
+            # A NodeType record: the census bakes it; nodes of that type must carry an "item".
+            content = {
+                "name": item.removeprefix("type:"),
+                "fields": {"item": {"type": "string", "required": True}},
+            }
+        node = MeshNode(path=path, node_type=node_type, content=content)
         tracked = _Tracked(CreateNodeRequest(node=node, access=self.access), phase)
         self.tracked.append(tracked)
         tracked.answers = await _answers(self.mesh.create_node(tracked.request), self.timeout)
@@ -676,7 +693,7 @@ async def run_drill(
             invariants = await _script(
                 drill, tl, directory, owned, nodes, outage_creates, hold, sabotage
             )
-            drill.census_subscription.dispose()
+            drill.census.dispose()
     finally:
         if owned:
             shutil.rmtree(directory, ignore_errors=True)
@@ -762,9 +779,9 @@ async def _phases(
     await drill.show_health()
 
     # 2. the outage.
+    tl.event("OUTAGE", backend.cut_text)
     await backend.cut()
     drill.cut_live_queries()
-    tl.event("OUTAGE", backend.cut_text)
     outage = [(f"{p}/types/Valve", "type:Valve", NODE_TYPE_NODE_TYPE)] + [
         (f"{p}/valves/v{i}", f"valve:{i}", "Valve") for i in range(1, outage_creates)
     ]
@@ -782,7 +799,7 @@ async def _phases(
     tl.event("journal", f"{len(files)} intent file(s) in {directory}", files=len(files))
     await wait(
         "the census to be interrupted",
-        lambda: drill.census_reopens > 0 or drill.census_terminal is not None,
+        lambda: drill.census_reopens > 0 or drill.census_ended,
     )
     await drill.show_health()
     stats = mesh.ledger.statistics()
@@ -809,8 +826,8 @@ async def _phases(
 
     gap_watch = backend.store.gaps.subscribe(on_gap)
     try:
-        await backend.restore()
         tl.event("RESTORE", backend.restore_text)
+        await backend.restore()
         expected_outcomes = pending_at_outage
         await wait(
             "the re-issued creates' verdicts",
@@ -929,9 +946,7 @@ def _invariants(
         + (f"; unaccounted: {', '.join(missing)}" if missing else ""),
     )
     items = Counter(
-        str(row.content["item"])
-        for row in by_path.values()
-        if isinstance(row.content, dict) and "item" in row.content
+        item for item in (_item_of(row) for row in by_path.values()) if item is not None
     )
     duplicates = sorted(item for item, n in items.items() if n > 1)
     check(
@@ -954,9 +969,9 @@ def _invariants(
     )
     check(
         "census follows the store",
-        drill.census_count == node_types and drill.census_terminal is None,
+        drill.census_count == node_types and not drill.census_ended,
         f"{drill.census_count} NodeType record(s) watched, {node_types} expected; "
-        f"{drill.census_reopens} re-open(s)",
+        f"{drill.census_reopens} re-open(s); {len(drill.registry.names())} type(s) baked",
     )
     check(
         "health HEALTHY again",

@@ -33,7 +33,7 @@ async def test_the_drill_passes_on_the_embedded_store_and_tells_the_story() -> N
     assert kinds.index("OUTAGE") < kinds.index("RESTORE") < kinds.index("verdict")
     for phrase in (
         "-> UNAVAILABLE; journaled",
-        "interrupted the live record census subscription — re-opening (1/5)",
+        "interrupted the census subscription — re-opening (1/5) in 0.1s",
         "DEGRADED",
         "PENDING WRITES: 3 create(s) answered UNAVAILABLE",
         "change-feed gap declared",
