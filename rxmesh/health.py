@@ -387,8 +387,8 @@ class LiveRecordCensusCheck:
         """Record that the census was interrupted (or ended) by a fault; health degrades.
 
         Args:
-            text: names the fault, e.g. "ConnectionResetError interrupted the live record census
-                subscription — re-opening (1/5) in 2s".
+            text: names the fault, e.g. "StoreError interrupted the census subscription —
+                re-opening (1/5) in 2s: ... ← ConnectionResetError: ...".
             extra: an optional sentence appended as is (e.g. the event-loop stall adjacency of a
                 store-unreachable fault).
         """
