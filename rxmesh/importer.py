@@ -63,7 +63,7 @@ __all__ = [
     "run",
 ]
 
-FORMAT_HELP = __doc__ or ""
+FORMAT_HELP = (__doc__ or "").replace("``", "")
 
 DEFAULT_IMPORT_WINDOW = 1000
 """Nodes per create_nodes request (and per write transaction)."""
