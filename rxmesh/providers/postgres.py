@@ -204,7 +204,6 @@ class PostgresStore:
         self._listen_conn: _Connection | None = None
         self._listen_lock = asyncio.Lock()
         self._lost = asyncio.Event()
-        self._listening = asyncio.Event()
         self._notifications: asyncio.Queue[str] = asyncio.Queue()
         self._feed_task: asyncio.Task[None] | None = None
         self._dispatch_task: asyncio.Task[None] | None = None
