@@ -39,3 +39,17 @@ def test_the_readme_links_every_docs_page() -> None:
     linked = set(re.findall(r"\(docs/([\w.-]+\.md)\)", README.read_text()))
     assert pages <= linked, f"not linked from README.md: {sorted(pages - linked)}"
     assert all((docs / name).is_file() for name in linked), "README.md links a missing page"
+
+
+def test_the_quick_starts_complete_programs_run() -> None:
+    """Blocks of docs/quickstart.md that are whole programs (they start with an import and end by
+    running ``main()``) run as written; fragments are not executed."""
+    text = (README.parent / "docs" / "quickstart.md").read_text()
+    programs = [
+        body
+        for lang, body in _BLOCK.findall(text)
+        if lang == "python" and body.startswith("import ") and "asyncio.run(main())" in body
+    ]
+    assert programs, "docs/quickstart.md lost its first program"
+    for index, code in enumerate(programs):
+        exec(compile(code, f"quickstart.md[program {index}]", "exec"), {"__name__": "__doc__"})
