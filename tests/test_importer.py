@@ -225,3 +225,51 @@ def test_ten_thousand_nodes_import_into_postgres_twice(
     assert "created           10000\n  already present   0" in capsys.readouterr().out
     assert cli.main(args) == EXIT_OK
     assert "created           0\n  already present   10000" in capsys.readouterr().out
+
+
+def test_a_partial_landing_is_reported_with_its_details_and_exit_3() -> None:
+    from rxmesh.importer import ImportItem, ImportReport, _settle
+    from rxmesh.model import MeshNode
+    from rxmesh.operations import CreateNodesResponse, RejectionReason
+
+    batch = [ImportItem(MeshNode(path=f"p/n{i}", content=i), "a.jsonl", i + 1) for i in range(4)]
+    response = CreateNodesResponse(
+        request_id="r",
+        success=False,
+        created=(batch[0].node, batch[1].node),
+        already_present=("p/n2",),
+        not_created=(batch[3].node,),
+        rejection_reason=RejectionReason.UNKNOWN,
+        error="Bulk creation of 4 node(s) partially landed: 2 created, 1 not created",
+    )
+    report = ImportReport(store="memory")
+    _settle(report, batch, response, 1)
+    assert (report.created, report.already_present) == (2, 1)
+    assert report.unavailable == ["p/n3"]
+    assert report.partial == [
+        "batch 1: 2 landed, 1 not created (UNKNOWN): Bulk creation of 4 node(s) partially "
+        "landed: 2 created, 1 not created"
+    ]
+    assert report.exit_status == EXIT_UNAVAILABLE
+    assert "partial landings  1\n    batch 1: 2 landed" in report.format()
+
+
+def test_a_judged_batch_refusal_names_every_entry_with_its_file_and_line() -> None:
+    from rxmesh.importer import ImportItem, ImportReport, _settle
+    from rxmesh.model import MeshNode
+    from rxmesh.operations import CreateNodesResponse, RejectionReason
+
+    batch = [ImportItem(MeshNode(path=f"p/n{i}", content=i), "a.jsonl", i + 1) for i in range(2)]
+    response = CreateNodesResponse(
+        request_id="r",
+        success=False,
+        rejection_reason=RejectionReason.FORBIDDEN,
+        error="'bob' holds no grant to create in partition 'p'",
+    )
+    report = ImportReport(store="memory")
+    _settle(report, batch, response, 1)
+    assert [str(p) for p in report.refused] == [
+        "a.jsonl:1: FORBIDDEN: 'bob' holds no grant to create in partition 'p'",
+        "a.jsonl:2: FORBIDDEN: 'bob' holds no grant to create in partition 'p'",
+    ]
+    assert report.exit_status == EXIT_REFUSED
