@@ -55,6 +55,8 @@ from reactivex.subject import Subject
 
 from rxmesh.cache import SyncedQueryCache
 from rxmesh.census import LiveRecordCensus
+from rxmesh.exceptions import StoreError
+from rxmesh.faults import is_store_unreachable
 from rxmesh.health import (
     HealthCheckResult,
     HealthRegistry,
@@ -1062,18 +1064,27 @@ def run(args: argparse.Namespace) -> int:
     """
     if not args.show_log:
         logging.getLogger("asyncpg").addHandler(logging.NullHandler())
-    result = asyncio.run(
-        run_drill(
-            dsn=args.dsn,
-            journal_dir=args.journal_dir,
-            nodes=args.nodes,
-            outage_creates=args.outage_creates,
-            timeout=args.timeout,
-            sabotage=args.sabotage,
-            out=sys.stdout,
-            json_lines=args.json,
+    try:
+        result = asyncio.run(
+            run_drill(
+                dsn=args.dsn,
+                journal_dir=args.journal_dir,
+                nodes=args.nodes,
+                outage_creates=args.outage_creates,
+                timeout=args.timeout,
+                sabotage=args.sabotage,
+                out=sys.stdout,
+                json_lines=args.json,
+            )
         )
-    )
+    except StoreError as exc:
+        if not is_store_unreachable(exc):
+            raise
+        print(
+            f"rxmesh drill: the store could not be reached before the drill began: {exc}",
+            file=sys.stderr,
+        )
+        return 2
     return result.exit_status
 
 

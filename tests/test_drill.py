@@ -152,3 +152,11 @@ async def test_the_postgres_drill_fails_when_an_intent_is_lost(pg_dsn: str) -> N
     result = await asyncio.wait_for(run_drill(dsn=pg_dsn, sabotage="lost-intent"), 60)
     assert result.exit_status == 1
     assert "every UNAVAILABLE create was journaled" in _failed(result)
+
+
+def test_a_server_that_cannot_be_reached_at_the_start_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("asyncpg")
+    assert cli.main(["drill", "--dsn", "postgresql://postgres@127.0.0.1:1/none"]) == 2
+    assert "could not be reached before the drill began" in capsys.readouterr().err
