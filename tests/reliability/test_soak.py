@@ -1,0 +1,61 @@
+"""The chaos soak's short variant (bench/soak.py --short) as a CI check of its invariants."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.conftest import IN_CI
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("rxmesh_bench_soak", SOAK)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(120)
+def test_a_short_chaos_soak_loses_nothing_duplicates_nothing_and_empties_the_journal() -> None:
+    soak = _load()
+    try:
+        from rxmesh.testing import TemporaryPostgresCluster
+
+        TemporaryPostgresCluster()
+    except FileNotFoundError as exc:
+        if IN_CI:
+            pytest.fail(f"CI needs PostgreSQL server binaries: {exc}")
+        pytest.skip(str(exc))
+
+    report = soak.main(["--short", "--seed", "3"])
+
+    assert report["writes_attempted"] == 4 * 150
+    assert report["chaos"]["restarts"] == 1
+    assert report["lost"] == 0, report["examples"]
+    assert report["duplicates"] == 0
+    assert report["request_id_mismatches"] == 0
+    assert report["dropped_but_present"] == 0, report["examples"]
+    assert report["unaccounted"] == 0, report["examples"]
+    assert report["journal_files_left"] == 0, report["examples"]
+    assert report["recover_seconds"] is not None
+    assert report["evidence_write_created"]
+    answered = (
+        report["answered_created"]
+        + report["answered_unavailable"]
+        + sum(report["answered_judged"].values())
+    )
+    assert answered == report["writes_attempted"]  # every request answered exactly once
+    assert report["answered_unavailable"] == (
+        report["landed"] + report["already_present"] + report["dropped"]
+    )  # and every UNAVAILABLE got exactly one verdict
