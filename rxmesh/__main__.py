@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rxmesh.cli import main
+from rxmesh.cli import run
 
 __all__: list[str] = []
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

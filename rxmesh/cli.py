@@ -25,7 +25,7 @@ from rxmesh.diagnosis import (
     triage,
 )
 
-__all__ = ["COMMANDS", "Subparsers", "add_drill", "add_import", "add_triage", "main"]
+__all__ = ["COMMANDS", "Subparsers", "add_drill", "add_import", "add_triage", "main", "run"]
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """What a subcommand's registration function receives."""
@@ -157,6 +157,16 @@ def _logging(level: str) -> Iterator[None]:
     finally:
         logger.remove(sink)
         logger.disable("rxmesh")
+
+
+def run() -> None:
+    """The process entry point (``rxmesh`` and ``python -m rxmesh``).
+
+    The CLI owns its process, so it drops loguru's default stderr handler (which would print every
+    rxmesh line a second time next to the CLI's own sink) before running :func:`main`.
+    """
+    logger.remove()
+    raise SystemExit(main())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

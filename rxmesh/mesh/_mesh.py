@@ -503,9 +503,12 @@ class Mesh:
         """Create ``node`` and return it as stored, or raise one exception type per reason.
 
         Raises:
-            StoreUnavailableError: UNAVAILABLE (re-issue the same node is meaningful).
-            NodeExistsError, NodeAccessDeniedError, InvalidPathError, InvalidNodeTypeError,
-            NodeValidationError: the request was judged.
+            StoreUnavailableError: UNAVAILABLE (re-issuing the same node is meaningful).
+            NodeExistsError: NODE_ALREADY_EXISTS.
+            NodeAccessDeniedError: FORBIDDEN (also a ``PermissionError``).
+            InvalidPathError: INVALID_PATH (also a ``ValueError``).
+            InvalidNodeTypeError: INVALID_NODE_TYPE (also a ``ValueError``).
+            NodeValidationError: VALIDATION_FAILED (also a ``ValueError``).
             NodeOperationError: UNKNOWN.
         """
         response = await first_value(self.create_node(CreateNodeRequest(node=node, access=access)))
