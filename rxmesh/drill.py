@@ -49,9 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, TextIO, TypeVar
 
-import reactivex
-from reactivex import Observable, abc
-from reactivex.subject import Subject
+from reactivex import Observable
 
 from rxmesh.cache import SyncedQueryCache
 from rxmesh.census import LiveRecordCensus
@@ -90,7 +88,7 @@ from rxmesh.operators import (
     retry_transient_connect,
 )
 from rxmesh.providers import Store
-from rxmesh.testing import FaultInjectingStore, connection_reset_error
+from rxmesh.testing import FaultInjectingStore
 
 __all__ = [
     "DRILL_PARTITION",
@@ -221,6 +219,7 @@ class _Backend(Protocol):
     """A store the drill can cut and restore."""
 
     store: Store
+    faults: FaultInjectingStore
     schema: str | None
     description: str
     cut_text: str
@@ -243,7 +242,8 @@ class _MemoryBackend:
         self.description = "embedded in-memory store: FaultInjectingStore(InMemoryStore())"
         self.cut_text = (
             "FaultInjectingStore refuses every read and write as unreachable "
-            "(StoreError 08001 from ConnectionRefusedError) and drops the change feed"
+            "(StoreError 08001 from ConnectionRefusedError), drops the change feed and severs the "
+            "open live queries with the incident chain (StoreError <- ConnectionResetError 104)"
         )
         self.restore_text = "FaultInjectingStore answers again; its change feed resumes"
         self.schema: str | None = None
@@ -274,7 +274,9 @@ class _PostgresBackend:
         self.description = ""
         self.cut_text = (
             "the FaultProxy refuses new connections and resets (TCP RST) every open one: "
-            "the pool and the change-feed listener lose the server"
+            "the pool and the change-feed listener lose the server; the open live queries are "
+            "severed with the incident chain (injected through FaultInjectingStore: a PostgreSQL "
+            "live query itself would wait for the gap and re-read rather than fail)"
         )
         self.restore_text = "the FaultProxy listens again; the store re-connects by itself"
 
@@ -303,7 +305,8 @@ class _PostgresBackend:
         except BaseException:
             await self.proxy.close()
             raise
-        self.store: Store = self.pg
+        self.faults = FaultInjectingStore(self.pg)
+        self.store: Store = self.faults
         self.schema: str | None = self.pg.schema_of(DRILL_PARTITION)
         self.description = f"PostgreSQL {self.pg.name}; schemas {self.prefix}* (dropped at the end)"
         return self
@@ -507,7 +510,6 @@ class _Drill:
         self.health = HealthRegistry()
         self.health.register("live-record-census", self.census_check, tags=("ready",))
         self.health.register("pending-writes", self._pending_check, tags=("ready",))
-        self._cut: Subject[Exception] = Subject()
         self.cache: SyncedQueryCache[NodeQuery, QueryFrame] = SyncedQueryCache(
             self._open_query, idle_grace=0.0
         )
@@ -515,17 +517,8 @@ class _Drill:
     # -- pieces -----------------------------------------------------------------------------
 
     def _open_query(self, query: NodeQuery) -> Observable[QueryFrame]:
-        """The store's live query behind the retry ladder, ended by the drill's cut."""
-
-        def subscribe(
-            observer: abc.ObserverBase[QueryFrame], scheduler: abc.SchedulerBase | None = None
-        ) -> abc.DisposableBase:
-            return self._cut.subscribe(observer.on_error)
-
-        cut: Observable[QueryFrame] = Observable(subscribe)
-        return reactivex.merge(self.backend.store.query(query), cut).pipe(
-            retry_transient_connect(self.retry_delays)
-        )
+        """The store's live query behind the retry ladder."""
+        return self.backend.store.query(query).pipe(retry_transient_connect(self.retry_delays))
 
     def _pending_check(self) -> HealthCheckResult:
         stats = self.mesh.ledger.statistics()
@@ -561,7 +554,7 @@ class _Drill:
         return self.census.statistics().ended
 
     def cut_live_queries(self) -> None:
-        self._cut.on_next(connection_reset_error(self.backend.store.name))
+        self.backend.faults.sever_open_queries()
 
     async def report(self) -> HealthReport:
         return await self.health.report()

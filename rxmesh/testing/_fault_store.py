@@ -218,6 +218,7 @@ class FaultInjectingStore:
         self._death: _Death | None = None
         self._stall: bool = False
         self._stalled: list[Callable[[], None]] = []
+        self._open_queries: set[Callable[[Exception], None]] = set()
         self._gate = _FeedGate(self.injected)
         self._gaps: Subject[ChangeFeedGap] = Subject()
 
@@ -324,6 +325,19 @@ class FaultInjectingStore:
         for start in starts:
             start()
         return len(starts)
+
+    def sever_open_queries(self, exc_factory: ExcFactory | None = None) -> int:
+        """End every query subscription open NOW with a mid-stream fault; returns how many.
+
+        This is what a store does to a live query whose streaming connection is reset: the
+        default error is the incident's chain, :func:`connection_reset_error`. Queries subscribed
+        later are not affected (see :meth:`die_mid_stream` for those).
+        """
+        factory = exc_factory or (lambda: connection_reset_error(self._name))
+        open_now = list(self._open_queries)
+        for sever in open_now:
+            sever(factory())
+        return len(open_now)
 
     def hold_change_feed(self) -> None:
         """Buffer the change feed (``changes``, announced commits, query deltas) until
@@ -571,6 +585,14 @@ class FaultInjectingStore:
                     state.dead = True
                     subscription.dispose()
                     observer.on_error(exc)
+
+            def sever(exc: Exception) -> None:
+                if not state.dead:
+                    self.injected["severed"] += 1
+                    on_error(exc)
+
+            self._open_queries.add(sever)
+            subscription.add(Disposable(lambda: self._open_queries.discard(sever)))
 
             def resync(_gap: ChangeFeedGap) -> None:
                 if state.dead or not state.initial:

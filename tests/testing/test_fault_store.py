@@ -275,6 +275,30 @@ def test_without_the_knob_a_query_outlives_its_frames(store: FaultInjectingStore
     assert not seen.completed
 
 
+def test_severing_ends_every_open_query_now_with_the_incidents_chain(
+    store: FaultInjectingStore,
+) -> None:
+    first = Seen(store.query(NodeQuery(partition="p")))
+    second = Seen(store.query(NodeQuery(partition="q")))
+    closed = Seen(store.query(NodeQuery(partition="p")))
+    closed.subscription.dispose()
+    assert store.sever_open_queries() == 2
+    for seen in (first, second):
+        assert is_transient_connect_fault(seen.error)
+        assert isinstance(seen.error.__cause__, ConnectionResetError)
+    assert closed.errors == []
+    assert store.injected["severed"] == 2
+    later = Seen(store.query(NodeQuery(partition="p")))
+    Seen(store.write(node("p/a")))
+    assert later.errors == []  # only what was open then
+    assert [f.kind for f in later.items] == [FrameKind.INITIAL, FrameKind.DELTA]
+
+
+def test_severing_with_no_open_query_ends_nothing(store: FaultInjectingStore) -> None:
+    assert store.sever_open_queries() == 0
+    assert store.injected["severed"] == 0
+
+
 # -- stall a provider's Initial --------------------------------------------------------------
 
 
