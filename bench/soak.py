@@ -283,9 +283,11 @@ def _report(
 ) -> dict[str, Any]:
     duplicates_sql = int(rows.pop("__duplicates_by_sql__")[0] or 0)
     verdicts: dict[tuple[str, str], list[Verdict]] = {}
+    details: dict[tuple[str, str], str] = {}
     for outcome in outcomes:
         key = (outcome.intent.path, outcome.intent.request_id)
         verdicts.setdefault(key, []).append(outcome.verdict)
+        details[key] = f"{outcome.reason}: {outcome.detail[:160]}"
     counts: Counter[str] = Counter()
     judged: Counter[str] = Counter()
     lost: list[str] = []
@@ -325,7 +327,10 @@ def _report(
             elif verdict is Verdict.LANDED and stored != [r.request_id]:
                 mismatched.append(r.path)
         elif stored:
-            landed_despite_drop.append(r.path)
+            ours = "its own request_id" if stored == [r.request_id] else "another request_id"
+            landed_despite_drop.append(
+                f"{r.path} (row has {ours}); re-issue {details[(r.path, r.request_id)]}"
+            )
     duplicates = duplicates_sql + sum(1 for ids in rows.values() if len(ids) > 1)
     return {
         "bench": "soak",

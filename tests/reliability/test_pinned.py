@@ -22,6 +22,7 @@ from rxmesh.ledger import PendingWriteLedger
 from rxmesh.operations import CreateNodeRequest, CreateNodesRequest, RejectionReason
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore
+from rxmesh.testing import FaultProxy
 from tests.mesh.conftest import make_mesh
 from tests.reliability.test_matrix import BULK_DROPS_THE_TIMEOUT
 
@@ -179,3 +180,61 @@ async def test_a_create_by_someone_else_in_an_owned_partition_is_forbidden() -> 
         timeout=5.0,
     )
     assert answer.rejection_reason is RejectionReason.FORBIDDEN
+
+
+CREATE_CLAIMS_NOTHING_WRITTEN = (
+    "rxmesh/mesh/_mesh.py create_node.on_fault answers every unreachable fault with "
+    "describe_not_attempted ('Nothing was written'), even when the failure came AFTER the "
+    "INSERT was sent (the chain carries StoreError(may_have_run=True/None), e.g. CDNE 08003 "
+    "'closed in the middle of operation') and the retries then found the store away. The row "
+    "may be durable: the soak saw re-issues settle DROPPED while their row (own request_id) was "
+    "in the table. Fix: track 'write sent' in _create_one (as the bulk arm's state.write_started "
+    "does) and answer UNAVAILABLE with describe_may_have_partially_landed(...) then; in "
+    "PendingWriteRecovery, a re-issue that failed after its write was sent should re-read the "
+    "path (own request_id -> LANDED) instead of settling DROPPED."
+)
+
+
+@pytest.mark.postgres
+@pytest.mark.xfail(strict=True, reason=CREATE_CLAIMS_NOTHING_WRITTEN)
+async def test_a_create_whose_insert_committed_before_the_store_vanished_never_says_nothing_written(
+    private_db: str,
+) -> None:
+    prefix = f"rxa{uuid.uuid4().hex[:8]}_"
+    target = urlparse(private_db)
+    async with FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
+        store = PostgresStore(
+            proxy.dsn(private_db), schema_prefix=prefix, connect_timeout=0.5, command_timeout=2.0
+        )
+        await store.start()
+        mesh = Mesh(store, retry_delays=(1.0,), ledger=PendingWriteLedger(journal_dir=None))
+        admin = await asyncpg.connect(private_db, timeout=5.0)
+        try:
+            await mesh.create(MeshNode(path="p/seed", content={}), access=ALICE)
+            proxy.reset_after_client_sends(b"INSERT INTO")  # committed; the reply never comes
+            answer_task = asyncio.ensure_future(
+                first_value(
+                    mesh.create_node(
+                        CreateNodeRequest(node=MeshNode(path="p/x", content={}), access=ALICE)
+                    ),
+                    timeout=10.0,
+                )
+            )
+            table = f'"{prefix}p".nodes'
+            async with asyncio.timeout(5.0):
+                while True:  # polling the row from another connection
+                    if await admin.fetchval(f"SELECT count(*) FROM {table} WHERE path = 'p/x'"):
+                        break
+                    await asyncio.sleep(0.005)
+            proxy.refuse()  # the store vanishes before the retry (1 s later)
+            proxy.reset()
+            answer = await answer_task
+            landed = await admin.fetchval(f"SELECT request_id FROM {table} WHERE path = 'p/x'")
+        finally:
+            await admin.close()
+            mesh.dispose()
+            await proxy.restore()
+            await store.close()
+    assert landed == answer.request_id  # the row IS there, written by this very request
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE
+    assert "Nothing was written" not in (answer.error or "")
