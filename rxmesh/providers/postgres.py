@@ -67,7 +67,7 @@ DEFAULT_RECONNECT_BACKOFF: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
 _PREFIX_RULE = re.compile(r"[a-z][a-z0-9_]{0,14}")
 _COLUMNS = "path, node_type, content::text AS content, created_by, created_at, version, request_id"
 _MISSING_SCHEMA = (pgexc.UndefinedTableError, pgexc.InvalidSchemaNameError)
-_DRIVER_FAULTS = (OSError, pgexc.PostgresError, pgexc.InterfaceError)
+_DRIVER_FAULTS = (OSError, pgexc.PostgresError, pgexc.InterfaceError, pgexc.InternalClientError)
 
 _Stage = Literal["connect", "acquire", "query"]
 _Connection = asyncpg.Connection | PoolConnectionProxy
@@ -333,6 +333,19 @@ class PostgresStore:
                     may_have_run=cdne,
                 ) from exc
             raise exc  # API misuse or a closing pool: a defect, surfaced unchanged
+        if isinstance(exc, pgexc.InternalClientError) and connection is not None:
+            # A pooled connection whose backend was just terminated is handed out while asyncpg is
+            # still consuming the FATAL: the call is refused before anything is sent. The
+            # connection is unusable; drop it so the retry gets a fresh one.
+            connection.terminate()
+            raise StoreError(
+                f"{where} lost its connection while {operation}: the connection was in a broken "
+                "protocol state (its backend had just gone); the statement was never sent",
+                sqlstate="08006",
+                store=self._name,
+                transient=True,
+                may_have_run=False,
+            ) from exc
         if isinstance(exc, TimeoutError):
             if stage == "acquire" and self._in_use >= self._max_size:
                 raise StorePoolExhaustedError(
@@ -439,9 +452,20 @@ class PostgresStore:
         schema = self.schema_of(partition)
         s = quote_identifier(schema)
         channel = self._channel.replace("'", "''")
+        # Serialise concurrent creators (CREATE SCHEMA IF NOT EXISTS alone can race) with a
+        # SESSION lock taken BEFORE the transaction: a transaction-scoped lock taken inside it
+        # leaves the transaction's catalog snapshot stale (an advisory lock processes no catalog
+        # invalidations), so a waiter could still miss the schema its predecessor just committed
+        # and fail with 23505 on pg_namespace. A new transaction starts with a fresh catalog view.
+        await conn.execute("SELECT pg_advisory_lock(hashtext($1))", schema)
+        try:
+            await self._create_schema(conn, s, channel)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", schema)
+        self._ensured.add(partition)
+
+    async def _create_schema(self, conn: _Connection, s: str, channel: str) -> None:
         async with conn.transaction():
-            # Serialises concurrent creators (CREATE SCHEMA IF NOT EXISTS alone can race).
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", schema)
             await conn.execute(
                 f"""
                 CREATE SCHEMA IF NOT EXISTS {s};
@@ -498,7 +522,6 @@ class PostgresStore:
                     FOR EACH STATEMENT EXECUTE FUNCTION {s}.rxmesh_notify();
                 """
             )
-        self._ensured.add(partition)
 
     async def _with_schema(
         self,
