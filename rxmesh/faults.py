@@ -29,6 +29,7 @@ from rxmesh.exceptions import (
 
 __all__ = [
     "MAX_CHAIN_FRAMES",
+    "NOT_SENT_SQLSTATES",
     "NO_ANSWER_IN_TIME_PHRASES",
     "TRANSIENT_CONNECT_SQLSTATES",
     "describe_may_have_partially_landed",
@@ -40,6 +41,7 @@ __all__ = [
     "is_standing_watch_transient",
     "is_store_unreachable",
     "is_transient_connect_fault",
+    "is_write_outcome_unknown",
 ]
 
 TRANSIENT_CONNECT_SQLSTATES: frozenset[str] = frozenset(
@@ -304,6 +306,33 @@ def is_no_answer_in_time(exc: BaseException | None) -> bool:
     if exc is None:
         return False
     return _no_answer(exc, _Walk())
+
+
+NOT_SENT_SQLSTATES: frozenset[str] = frozenset({"08001", "08004", "57P03", "53300", "53400"})
+"""Unreachable SQLSTATEs that prove no statement left: the connection was never established."""
+
+
+def _proves_not_sent(frame: BaseException) -> bool:
+    if not is_db_frame(frame):
+        return False
+    if getattr(frame, "may_have_run", None) is False:
+        return True
+    return getattr(frame, "sqlstate", None) in NOT_SENT_SQLSTATES
+
+
+def is_write_outcome_unknown(exc: BaseException | None) -> bool:
+    """Whether a write that failed with ``exc`` may nevertheless have been applied.
+
+    True only for a store-unreachable fault (the one rule) whose chain does not prove the
+    statement never left this process: a connection lost DURING a call (08003/08006, 57P01, a
+    stall after the statement was sent) leaves the outcome unknown — the COMMIT may have landed.
+    A connect-phase refusal (:data:`NOT_SENT_SQLSTATES`), or a DB frame saying
+    ``may_have_run=False`` (pool exhaustion, a connection known dead before the call), proves
+    nothing was sent. A fault the store answered (a verdict) is not unknown: it was refused.
+    """
+    if not is_transient_connect_fault(exc):
+        return False
+    return not any(_proves_not_sent(frame) for frame in exception_chain(exc))
 
 
 def describe_not_attempted(operation: str) -> str:

@@ -16,17 +16,19 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, StringConstraints
 
-from rxmesh.exceptions import InvalidPathError
+from rxmesh.exceptions import InvalidPathError, NodeValidationError
 
 __all__ = [
     "MAX_CONTENT_BYTES",
+    "MAX_CONTENT_DEPTH",
     "MAX_PARTITION_LENGTH",
     "MAX_PATH_DEPTH",
     "MAX_PATH_LENGTH",
     "MAX_SEGMENT_LENGTH",
     "NODE_TYPE_NODE_TYPE",
+    "NODE_TYPE_PATTERN",
     "SYSTEM_USER",
     "AccessContext",
     "ChangeFeedGap",
@@ -42,6 +44,7 @@ __all__ = [
     "is_reserved_path",
     "parent_of",
     "partition_of",
+    "validate_content",
     "validate_path",
 ]
 
@@ -51,6 +54,11 @@ MAX_SEGMENT_LENGTH = 128
 MAX_PARTITION_LENGTH = 48
 MAX_CONTENT_BYTES = 1_000_000
 """Largest node content accepted, in bytes of its JSON text."""
+MAX_CONTENT_DEPTH = 64
+"""Deepest nesting of node content accepted (objects and arrays)."""
+
+NODE_TYPE_PATTERN = r"^[A-Za-z][A-Za-z0-9_.:-]{0,127}$"
+"""A node type name: a letter, then letters, digits, ``_ . : -``; at most 128 characters."""
 
 SYSTEM_USER = "system"
 """The system identity: it may do anything."""
@@ -131,6 +139,59 @@ def is_reserved_path(path: str) -> bool:
     return any(segment.startswith("_") for segment in path.split("/"))
 
 
+def _storable_text(text: str) -> str | None:
+    """Why ``text`` cannot be stored (NUL, a lone surrogate), or ``None``."""
+    if "\x00" in text:
+        return "contains a NUL character"
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        return "contains a lone surrogate (not valid Unicode text)"
+    return None
+
+
+def validate_content(path: str, content: object) -> None:
+    """Refuse content a store cannot hold, naming where: nesting deeper than
+    :data:`MAX_CONTENT_DEPTH`, NUL characters or lone surrogates in a string or key, NaN or
+    infinite numbers, or a value that is not JSON. Raises
+    :class:`~rxmesh.exceptions.NodeValidationError` naming the node and the place."""
+    stack: list[tuple[object, str, int]] = [(content, "content", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_CONTENT_DEPTH:
+            raise NodeValidationError(
+                f"node '{path}': {where} is nested deeper than {MAX_CONTENT_DEPTH} levels",
+                path=path,
+            )
+        if isinstance(value, str):
+            problem = _storable_text(value)
+            if problem:
+                raise NodeValidationError(f"node '{path}': {where} {problem}", path=path)
+        elif isinstance(value, bool) or value is None or isinstance(value, int):
+            continue
+        elif isinstance(value, float):
+            if value != value or value in (float("inf"), float("-inf")):
+                raise NodeValidationError(
+                    f"node '{path}': {where} is {value!r}, which JSON cannot hold", path=path
+                )
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise NodeValidationError(
+                        f"node '{path}': {where} has a non-string key {key!r}", path=path
+                    )
+                problem = _storable_text(key)
+                if problem:
+                    raise NodeValidationError(
+                        f"node '{path}': a key in {where} {problem}", path=path
+                    )
+                stack.append((item, f"{where}.{key[:40]}", depth + 1))
+        elif isinstance(value, list | tuple):
+            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+        else:
+            raise NodeValidationError(
+                f"node '{path}': {where} is a {type(value).__name__}, not JSON", path=path
+            )
+
+
 def _check_path(value: str) -> str:
     return validate_path(value, allow_reserved=True)
 
@@ -154,7 +215,7 @@ class MeshNode(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     path: NodePath
-    node_type: str | None = None
+    node_type: Annotated[str, StringConstraints(pattern=NODE_TYPE_PATTERN)] | None = None
     content: JsonValue = None
     created_by: str | None = None
     created_at: datetime | None = None

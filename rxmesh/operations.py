@@ -87,7 +87,12 @@ class CreateNodeRequest(BaseModel):
 
 
 class CreateNodeResponse(BaseModel):
-    """The one answer to a :class:`CreateNodeRequest`."""
+    """The one answer to a :class:`CreateNodeRequest`.
+
+    ``outcome_unknown`` is set on an UNAVAILABLE answer whose write had left this process before
+    the store went away (its connection died mid-call): the node may be durable. Re-issuing the
+    same request is still safe — the same ``request_id`` is recognised as this request's row.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -96,6 +101,7 @@ class CreateNodeResponse(BaseModel):
     node: MeshNode | None = None
     rejection_reason: RejectionReason | None = None
     error: str | None = None
+    outcome_unknown: bool = False
 
     @classmethod
     def created(cls, request_id: str, node: MeshNode) -> CreateNodeResponse:

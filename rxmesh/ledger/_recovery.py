@@ -15,7 +15,7 @@ from rxmesh.exceptions import MeshDisposedError
 from rxmesh.ledger._journal import JournalError
 from rxmesh.ledger._ledger import PendingWriteLedger
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
-from rxmesh.model import StoreEvidence
+from rxmesh.model import MeshNode, StoreEvidence
 from rxmesh.operations import CreateNodeRequest, CreateNodeResponse, RejectionReason, Verdict
 
 __all__ = [
@@ -32,11 +32,16 @@ exhausted pool answers UNAVAILABLE, which would DROP intents the store could hav
 
 
 class EvidenceSource(Protocol):
-    """What the recovery needs of a store: its stream of "answers again" evidence."""
+    """What the recovery needs of a store: its "answers again" evidence, and one read to confirm
+    a re-issue whose outcome its own answer could not know."""
 
     @property
     def answers_again(self) -> Observable[StoreEvidence]:
         """Hot stream of declared change-feed gaps and announced commits."""
+        ...
+
+    def read(self, path: str) -> Observable[MeshNode | None]:
+        """The node at ``path``, or ``None`` for a clean absence."""
         ...
 
 
@@ -248,7 +253,14 @@ class PendingWriteRecovery:
             reissued_after_unavailable=True,
         )
 
+        confirming = False
+
         def on_next(response: CreateNodeResponse) -> None:
+            nonlocal confirming
+            if response.outcome_unknown and not response.success:
+                confirming = True  # the write may have landed: one read says which
+                self._confirm(reissue, response)
+                return
             self._finish(reissue, outcome_of(intent, response))
 
         def on_error(error: Exception) -> None:
@@ -273,6 +285,8 @@ class PendingWriteRecovery:
             )
 
         def on_completed() -> None:
+            if confirming:
+                return
             self._finish(
                 reissue,
                 PendingWriteOutcome(
@@ -297,6 +311,46 @@ class PendingWriteRecovery:
                 done = False
         if done:
             disposable.dispose()
+
+    def _confirm(self, reissue: _Reissue, response: CreateNodeResponse) -> None:
+        """Settle a re-issue whose write may have landed by ONE read of its path (no retry).
+
+        Its own row (same request id) -> LANDED; another request's row -> ALREADY_PRESENT; no
+        row, or a read that fails -> DROPPED with the answer's reason.
+        """
+        intent = reissue.intent
+
+        def settle(row: MeshNode | None) -> None:
+            if row is not None and row.request_id == intent.request_id:
+                outcome = PendingWriteOutcome(
+                    intent=intent,
+                    verdict=Verdict.LANDED,
+                    detail="created (confirmed by a read: the re-issue's reply was lost)",
+                )
+            elif row is not None:
+                outcome = PendingWriteOutcome(
+                    intent=intent,
+                    verdict=Verdict.ALREADY_PRESENT,
+                    reason=RejectionReason.NODE_ALREADY_EXISTS,
+                    detail="another request's node is at that path",
+                )
+            else:
+                outcome = outcome_of(intent, response)
+            self._finish(reissue, outcome)
+
+        def failed(error: Exception) -> None:
+            self._finish(
+                reissue,
+                PendingWriteOutcome(
+                    intent=intent,
+                    verdict=Verdict.DROPPED,
+                    reason=response.rejection_reason or RejectionReason.UNKNOWN,
+                    detail=f"{response.error or ''} Its outcome could not be confirmed: the "
+                    f"read failed ({type(error).__name__}: {error}).",
+                ),
+            )
+
+        self._mesh.store.read(intent.path).subscribe(settle, failed, scheduler=self._scheduler)
 
     def _claim(self, reissue: _Reissue) -> bool:
         """Mark ``reissue`` answered; ``False`` if it was answered already or abandoned."""

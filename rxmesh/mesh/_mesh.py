@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from loguru import logger
 from pydantic import BaseModel, ValidationError
 from reactivex import Observable, abc
+from reactivex import operators as ops
 from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
@@ -25,7 +26,11 @@ from rxmesh.exceptions import (
     NodeValidationError,
     StoreConflictError,
 )
-from rxmesh.faults import describe_may_have_partially_landed, is_store_unreachable
+from rxmesh.faults import (
+    describe_may_have_partially_landed,
+    is_store_unreachable,
+    is_write_outcome_unknown,
+)
 from rxmesh.ledger import JournalError, PendingWrite, PendingWriteLedger, PendingWriteRecovery
 from rxmesh.mesh._access import (
     AccessPolicy,
@@ -43,6 +48,7 @@ from rxmesh.model import (
     NodeQuery,
     QueryFrame,
     partition_of,
+    validate_content,
     validate_path,
 )
 from rxmesh.operations import (
@@ -131,7 +137,7 @@ def _request_id_of(request: object) -> str:
     if isinstance(request, str | bytes | bytearray):
         try:
             data = json.loads(request)
-        except ValueError:
+        except (ValueError, RecursionError):  # refused already; the id is only a courtesy
             data = None
         if isinstance(data, dict):
             return _request_id_of(data)
@@ -300,7 +306,8 @@ class Mesh:
                 f"node '{node.path}' has neither a node_type nor content", path=node.path
             )
         if node.content is not None:
-            size = len(json.dumps(node.content, ensure_ascii=False).encode())
+            validate_content(node.path, node.content)
+            size = len(json.dumps(node.content, ensure_ascii=False, allow_nan=False).encode())
             if size > MAX_CONTENT_BYTES:
                 raise NodeValidationError(
                     f"node '{node.path}': content is {size} bytes; at most {MAX_CONTENT_BYTES}",
@@ -316,13 +323,11 @@ class Mesh:
     # ------------------------------------------------------------------ partitions
 
     async def _facts(self, partition: str, user: str) -> PartitionFacts:
-        """Root, grant and ownership record, read together; every read fault propagates."""
-        root, grant, owner = await asyncio.gather(
-            self._ask(self.store.read(partition)),
-            self._ask(self.store.read(grant_path(partition, user))),
-            self._ask(self.store.read(owner_path(partition))),
-        )
-        return PartitionFacts(partition, root, grant, owner)
+        """Root, grant and ownership record, read together in ONE store call (one snapshot:
+        a concurrent heal is seen whole or not at all); every read fault propagates."""
+        root, grant, owner = partition, grant_path(partition, user), owner_path(partition)
+        found = await self._ask(self.store.read_many([root, grant, owner]))
+        return PartitionFacts(partition, found.get(root), found.get(grant), found.get(owner))
 
     async def _write_system(self, node: MeshNode) -> None:
         """Write a system record; a record already there counts as success (a heal race)."""
@@ -425,14 +430,26 @@ class Mesh:
         access = req.access
         operation = f"Node creation at '{req.node.path}'"
 
+        write_failures: list[Exception] = []
+
         def on_fault(exc: BaseException) -> CreateNodeResponse:
             verdict = self._judge(exc, operation, "creating", req.node.path)
             error = verdict.error
+            unknown = verdict.unreachable and any(map(is_write_outcome_unknown, write_failures))
+            if unknown:
+                # An attempt's connection died after the INSERT left: it may have committed.
+                error = describe_may_have_partially_landed(operation)
             if verdict.unreachable and not req.reissued_after_unavailable:
                 error += self._record(
                     req.node, access or self._maybe(req), req.request_id, "create"
                 )
-            return CreateNodeResponse.fail(req.request_id, verdict.reason, error)
+            return CreateNodeResponse(
+                request_id=req.request_id,
+                success=False,
+                rejection_reason=verdict.reason,
+                error=error,
+                outcome_unknown=unknown,
+            )
 
         def backstop() -> CreateNodeResponse:
             return CreateNodeResponse.fail(
@@ -440,7 +457,7 @@ class Mesh:
             )
 
         async def run() -> CreateNodeResponse:
-            node = await self._create_one(req)
+            node = await self._create_one(req, write_failures)
             self._created.on_next(node)
             return CreateNodeResponse.created(req.request_id, node)
 
@@ -461,7 +478,9 @@ class Mesh:
     def _judge(self, exc: BaseException, operation: str, doing: str, path: str) -> Judgement:
         return judge(exc, operation=operation, doing=doing, path=path, store=self.store.name)
 
-    async def _create_one(self, req: CreateNodeRequest) -> MeshNode:
+    async def _create_one(
+        self, req: CreateNodeRequest, write_failures: list[Exception]
+    ) -> MeshNode:
         node = req.node
         validate_path(node.path)
         access = self._requester(req.access, node)
@@ -491,8 +510,9 @@ class Mesh:
                 "request_id": req.request_id,
             }
         )
+        write = self.store.write(stamped).pipe(ops.do_action(on_error=write_failures.append))
         try:
-            return await self._ask(self.store.write(stamped))
+            return await self._ask(write)
         except StoreConflictError as exc:
             raise NodeExistsError(
                 f"a node already exists at '{node.path}' (written by another request)",
@@ -549,11 +569,12 @@ class Mesh:
         async def run() -> CreateNodesResponse:
             try:
                 return await self._bulk(req, state)
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as cancelled:
                 current = asyncio.current_task()
                 if current is not None and current.cancelling():
                     raise  # the subscriber left: nobody to answer
-                return await self._bulk_fault(req, state, operation, asyncio.CancelledError())
+                # The very exception, chain and all: a cancellation carrying a timeout is a fault.
+                return await self._bulk_fault(req, state, operation, cancelled)
             except Exception as exc:  # noqa: BLE001 - classified and answered, never dropped
                 return await self._bulk_fault(req, state, operation, exc)
 

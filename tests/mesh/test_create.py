@@ -7,7 +7,9 @@ import json
 
 import asyncpg
 import pytest
+import reactivex
 from reactivex import Observable
+from reactivex import operators as ops
 
 from rxmesh import (
     AccessContext,
@@ -376,3 +378,53 @@ async def test_a_ledger_passed_in_is_the_one_recorded_into(tmp_path: object) -> 
     store.refuse_writes_as_unreachable()
     await ask(mesh, CreateNodeRequest(node=node("acme/z"), access=ALICE))
     assert [p.node.path for p in ledger.pending()] == ["acme/z"]
+
+
+class _CommitsThenVanishes(InMemoryStore):
+    """The first write commits, then its connection dies before the reply (the outcome is
+    unknown to the caller); every later write is refused: the store went away."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, node: MeshNode) -> Observable[MeshNode]:
+        if node.path != "acme/b":
+            return super().write(node)
+        self.writes += 1
+        if self.writes > 1:
+            return reactivex.throw(unreachable_error("memory"))
+        landed = super().write(node)
+
+        def lost(_: MeshNode) -> Observable[MeshNode]:
+            lost_reply = StoreError(
+                "connection lost in the middle of the call", sqlstate="08006", may_have_run=True
+            )
+            lost_reply.__cause__ = ConnectionResetError(104, "Connection reset by peer")
+            return reactivex.throw(lost_reply)
+
+        return landed.pipe(ops.flat_map(lost))
+
+
+async def test_a_create_whose_write_may_have_committed_never_says_nothing_was_written() -> None:
+    store = _CommitsThenVanishes()
+    mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(""))
+    await mesh.create(node("acme/seed"), access=ALICE)
+    response = await ask(mesh, CreateNodeRequest(node=node("acme/b"), access=ALICE))
+    assert response.rejection_reason is RejectionReason.UNAVAILABLE
+    assert "Nothing was written" not in (response.error or "")
+    assert "may already be durable" in (response.error or "")
+    stored = await first_value(store.read("acme/b"))
+    assert stored is not None
+    assert stored.request_id == response.request_id  # it did land
+    assert [p.path for p in mesh.ledger.pending()] == ["acme/b"]  # the re-issue will say LANDED
+
+
+async def test_control_a_write_refused_at_connect_every_time_still_says_nothing_was_written() -> (
+    None
+):
+    mesh, store = make_mesh()
+    await mesh.create(node("acme/seed"), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    response = await ask(mesh, CreateNodeRequest(node=node("acme/b"), access=ALICE))
+    assert "Nothing was written" in (response.error or "")

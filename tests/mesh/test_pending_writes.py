@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import reactivex
+from reactivex import Observable
+from reactivex import operators as ops
 from reactivex.testing import TestScheduler
 
 from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
 from rxmesh.aio import first_value
-from rxmesh.ledger import PendingWriteLedger
+from rxmesh.exceptions import StoreError
+from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
 from rxmesh.providers.memory import InMemoryStore
-from rxmesh.testing import FaultInjectingStore
+from rxmesh.testing import FaultInjectingStore, unreachable_error
 from tests.helpers import Outcomes
 
 from .conftest import ALICE, BOB, FAST, make_mesh
@@ -171,3 +175,53 @@ async def test_a_judged_refusal_records_nothing() -> None:
     )
     assert exists.rejection_reason is RejectionReason.NODE_ALREADY_EXISTS
     assert mesh.ledger.pending() == ()
+
+
+class _FlakyWrites(InMemoryStore):
+    """Writes of ``acme/b``: refused at connect ("refuse"), or lost mid-call after the row
+    committed ("commit-then-vanish"), or lost mid-call with nothing committed ("lost")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mode = "ok"
+
+    def write(self, node: MeshNode) -> Observable[MeshNode]:
+        if node.path != "acme/b" or self.mode == "ok":
+            return super().write(node)
+        lost = StoreError("connection lost mid-call", sqlstate="08006", may_have_run=True)
+        lost.__cause__ = ConnectionResetError(104, "Connection reset by peer")
+        if self.mode == "commit-then-vanish":
+            self.mode = "lost"  # the retries find the store gone
+            return super().write(node).pipe(ops.flat_map(lambda _: reactivex.throw(lost)))
+        if self.mode == "lost":
+            return reactivex.throw(lost)
+        return reactivex.throw(unreachable_error("memory"))
+
+
+async def _reissue_with(mode: str) -> tuple[PendingWriteOutcome, _FlakyWrites]:
+    store = _FlakyWrites()
+    mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(""))
+    await mesh.create(doc("acme/seed"), access=ALICE)
+    store.mode = "refuse"
+    first = await first_value(mesh.create_node(CreateNodeRequest(node=doc("acme/b"), access=ALICE)))
+    assert "Nothing was written" in (first.error or "")
+    collected = Outcomes(mesh.ledger)
+    store.mode = mode
+    store.declare_gap("resumed")
+    (outcome,) = await collected.wait(1)
+    return outcome, store
+
+
+async def test_a_reissue_whose_reply_was_lost_after_it_committed_is_confirmed_landed() -> None:
+    outcome, store = await _reissue_with("commit-then-vanish")
+    assert outcome.verdict is Verdict.LANDED
+    row = await first_value(store.read("acme/b"))
+    assert row is not None
+    assert row.request_id == outcome.intent.request_id
+
+
+async def test_control_a_reissue_lost_with_nothing_committed_is_dropped() -> None:
+    outcome, store = await _reissue_with("lost")
+    assert outcome.verdict is Verdict.DROPPED
+    assert outcome.reason is RejectionReason.UNAVAILABLE
+    assert await first_value(store.read("acme/b")) is None
