@@ -241,7 +241,6 @@ def test_a_hostile_bulk_create_is_refused_clearly_or_created_never_unknown(
     asyncio.run(run())
 
 
-@pytest.mark.xfail(strict=True, reason=DEEP_JSON_RAISES)
 async def test_a_json_request_nested_two_thousand_deep_is_refused_not_raised() -> None:
     mesh, _ = _memory_mesh()
     request = {"node": {"path": "p/deep", "content": Deep(2000)}, "access": ALICE}
@@ -282,7 +281,6 @@ UNSTORABLE = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason=UNSTORABLE_TEXT)
 async def test_a_lone_surrogate_in_content_is_refused_not_unknown_even_in_memory() -> None:
     mesh, store = _memory_mesh()
     request = {"node": {"path": "p/s", **UNSTORABLE["lone surrogate in content"]}, "access": ALICE}
@@ -291,7 +289,6 @@ async def test_a_lone_surrogate_in_content_is_refused_not_unknown_even_in_memory
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, reason=UNSTORABLE_TEXT)
 @pytest.mark.parametrize("case", sorted(UNSTORABLE))
 async def test_content_postgres_cannot_store_is_refused_up_front(
     case: str, pg_prefix: str

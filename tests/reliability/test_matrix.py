@@ -104,23 +104,52 @@ INFRA = [
     Fault("too many connections (53300)", "real: private cluster full", "unavailable"),
 ]
 CONTROLS = [
-    Fault("42P01 undefined table", "injected: asyncpg", "unknown",
-          lambda: pgexc.UndefinedTableError('relation "nodes" does not exist')),
-    Fault("23505 unique violation", "injected: asyncpg", "unknown",
-          lambda: pgexc.UniqueViolationError("duplicate key value violates unique constraint")),
-    Fault("42601 syntax error", "injected: asyncpg", "unknown",
-          lambda: pgexc.PostgresSyntaxError('syntax error at or near "SELEC"')),
-    Fault("42501 insufficient privilege", "injected: asyncpg", "unknown",
-          lambda: pgexc.InsufficientPrivilegeError("permission denied for table nodes")),
-    Fault("57014 query cancelled", "injected: asyncpg", "unknown",
-          lambda: pgexc.QueryCanceledError("canceling statement due to statement timeout")),
-    Fault("40001 serialization failure", "injected: asyncpg", "unknown",
-          lambda: pgexc.SerializationError("could not serialize access")),
+    Fault(
+        "42P01 undefined table",
+        "injected: asyncpg",
+        "unknown",
+        lambda: pgexc.UndefinedTableError('relation "nodes" does not exist'),
+    ),
+    Fault(
+        "23505 unique violation",
+        "injected: asyncpg",
+        "unknown",
+        lambda: pgexc.UniqueViolationError("duplicate key value violates unique constraint"),
+    ),
+    Fault(
+        "42601 syntax error",
+        "injected: asyncpg",
+        "unknown",
+        lambda: pgexc.PostgresSyntaxError('syntax error at or near "SELEC"'),
+    ),
+    Fault(
+        "42501 insufficient privilege",
+        "injected: asyncpg",
+        "unknown",
+        lambda: pgexc.InsufficientPrivilegeError("permission denied for table nodes"),
+    ),
+    Fault(
+        "57014 query cancelled",
+        "injected: asyncpg",
+        "unknown",
+        lambda: pgexc.QueryCanceledError("canceling statement due to statement timeout"),
+    ),
+    Fault(
+        "40001 serialization failure",
+        "injected: asyncpg",
+        "unknown",
+        lambda: pgexc.SerializationError("could not serialize access"),
+    ),
     Fault("deserialization error", "injected: pydantic", "unknown", _deserialization_error),
-    Fault("cooperative cancellation", "injected: CancelledError", "cancelled",
-          asyncio.CancelledError),
-    Fault("cancellation carrying a timeout", "injected: CancelledError<-TimeoutError",
-          "unknown", _cancel_with_timeout),
+    Fault(
+        "cooperative cancellation", "injected: CancelledError", "cancelled", asyncio.CancelledError
+    ),
+    Fault(
+        "cancellation carrying a timeout",
+        "injected: CancelledError<-TimeoutError",
+        "unknown",
+        _cancel_with_timeout,
+    ),
 ]
 REQUIRED = {
     "unavailable": "UNAVAILABLE, ERROR, create recorded",
@@ -243,16 +272,36 @@ class Row:
         bulk = [MeshNode(path=f"{p}/b1", content={"v": 1}), MeshNode(path=f"{p}/b2", content={})]
         async with asyncio.timeout(WAIT):
             await asyncio.gather(
-                keep("create", first_value(
-                    mesh.create_node(CreateNodeRequest(node=node, access=ALICE)))),
-                keep("bulk create", first_value(
-                    mesh.create_nodes(CreateNodesRequest(nodes=bulk, access=ALICE)))),
-                keep("update", first_value(mesh.update_node(UpdateNodeRequest(
-                    node=MeshNode(path=f"{p}/u", content={"v": 2}), access=ALICE)))),
-                keep("delete", first_value(
-                    mesh.delete_node(DeleteNodeRequest(path=f"{p}/d", access=ALICE)))),
-                keep("move", first_value(mesh.move_node(
-                    MoveNodeRequest(source=f"{p}/m", target=f"{p}/m2", access=ALICE)))),
+                keep(
+                    "create",
+                    first_value(mesh.create_node(CreateNodeRequest(node=node, access=ALICE))),
+                ),
+                keep(
+                    "bulk create",
+                    first_value(mesh.create_nodes(CreateNodesRequest(nodes=bulk, access=ALICE))),
+                ),
+                keep(
+                    "update",
+                    first_value(
+                        mesh.update_node(
+                            UpdateNodeRequest(
+                                node=MeshNode(path=f"{p}/u", content={"v": 2}), access=ALICE
+                            )
+                        )
+                    ),
+                ),
+                keep(
+                    "delete",
+                    first_value(mesh.delete_node(DeleteNodeRequest(path=f"{p}/d", access=ALICE))),
+                ),
+                keep(
+                    "move",
+                    first_value(
+                        mesh.move_node(
+                            MoveNodeRequest(source=f"{p}/m", target=f"{p}/m2", access=ALICE)
+                        )
+                    ),
+                ),
                 keep("query", first_value(mesh.query(NodeQuery(path_prefix=p)))),
             )
 
@@ -311,8 +360,10 @@ def judge_cell(
                 return f"message lacks {phrase!r}: {error}"
         if "Unexpected error" in error:
             return f"message says Unexpected error: {error}"
-        if not any(r["level"] == "ERROR" and r["extra"].get("event") == "store_unreachable"  # type: ignore[union-attr]
-                   for r in logs):
+        if not any(
+            r["level"] == "ERROR" and r["extra"].get("event") == "store_unreachable"  # type: ignore[union-attr]
+            for r in logs
+        ):
             return f"no ERROR store_unreachable log for {path}"
         if creates != row.recorded(path):
             return f"pending write recorded={row.recorded(path)} for {verb}"
@@ -326,8 +377,10 @@ def judge_cell(
             return f"reason {answer.rejection_reason}: {error}"
         if "was cancelled before it completed" not in error:
             return f"message: {error}"
-        if not any(r["level"] == "DEBUG" and r["extra"].get("event") == "cancelled"  # type: ignore[union-attr]
-                   for r in logs):
+        if not any(
+            r["level"] == "DEBUG" and r["extra"].get("event") == "cancelled"  # type: ignore[union-attr]
+            for r in logs
+        ):
             return "no DEBUG 'cancelled' log"
         if any(r["level"] == "ERROR" for r in logs):
             return "a cancellation was logged at ERROR"
@@ -336,8 +389,10 @@ def judge_cell(
         return f"reason {answer.rejection_reason}: {error}"
     if "Unexpected error" not in error or type(injected).__name__ not in error:
         return f"message does not name the error: {error}"
-    if not any(r["level"] == "ERROR" and r["extra"].get("event") == "unexpected"  # type: ignore[union-attr]
-               for r in logs):
+    if not any(
+        r["level"] == "ERROR" and r["extra"].get("event") == "unexpected"  # type: ignore[union-attr]
+        for r in logs
+    ):
         return "no ERROR 'unexpected' log"
     return None
 
@@ -544,23 +599,8 @@ async def test_an_infrastructure_fault_on_a_private_cluster_answers_unavailable(
 # -- the non-transient controls, injected at the store boundary -------------------------------
 
 
-BULK_DROPS_THE_TIMEOUT = (
-    "rxmesh/mesh/_mesh.py:553 (create_nodes.run) answers a caught CancelledError with a FRESH "
-    "asyncio.CancelledError(), dropping its TimeoutError cause, so a cancellation carrying a "
-    "timeout is answered UNAVAILABLE 'cancelled' instead of UNKNOWN. Fix: `except "
-    "asyncio.CancelledError as exc:` ... `self._bulk_fault(req, state, operation, exc)`."
-)
-
-
 def _control_rows() -> list[Any]:
-    rows: list[Any] = []
-    for fault in CONTROLS:
-        if fault.name == "cancellation carrying a timeout":
-            rows.append(pytest.param(fault, marks=pytest.mark.xfail(
-                strict=True, reason=BULK_DROPS_THE_TIMEOUT)))
-        else:
-            rows.append(fault)
-    return rows
+    return list(CONTROLS)
 
 
 @pytest.mark.parametrize("fault", _control_rows(), ids=lambda f: f.name)

@@ -1,7 +1,6 @@
-"""Defects found by the reliability suite, each pinned by a failing test (xfail strict).
+"""Defects the reliability suite found, each kept by a regression test.
 
-When the integrator fixes one, its test starts passing, strict xfail turns that into a failure,
-and the mark is removed.
+They were pinned as strict xfails until fixed; the reason texts below say what was wrong.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
 from tests.mesh.conftest import make_mesh
-from tests.reliability.test_matrix import BULK_DROPS_THE_TIMEOUT
 
 ALICE = AccessContext(user="alice")
 
@@ -35,7 +33,6 @@ def _cancelled_by_a_timeout() -> BaseException:
     return exc
 
 
-@pytest.mark.xfail(strict=True, reason=BULK_DROPS_THE_TIMEOUT)
 async def test_a_bulk_create_cancelled_by_a_timeout_is_a_fault_not_a_cancellation() -> None:
     mesh, store = make_mesh()
     store.refuse_reads_as_unreachable(_cancelled_by_a_timeout)
@@ -75,7 +72,6 @@ INTERNAL_CLIENT_ERROR_UNMAPPED = (
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, reason=INTERNAL_CLIENT_ERROR_UNMAPPED)
 async def test_a_call_on_a_just_terminated_pooled_connection_is_a_transient_store_error(
     private_db: str,
 ) -> None:
@@ -150,7 +146,6 @@ class _RootReadAfterRootWrite:
         return source
 
 
-@pytest.mark.xfail(strict=True, reason=TORN_PARTITION_FACTS)
 async def test_two_creates_by_the_owner_of_a_new_partition_both_land() -> None:
     store = _RootReadAfterRootWrite(InMemoryStore())
     mesh = Mesh(store, retry_delays=(0.001,), ledger=PendingWriteLedger(journal_dir=None))
@@ -196,7 +191,6 @@ CREATE_CLAIMS_NOTHING_WRITTEN = (
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, reason=CREATE_CLAIMS_NOTHING_WRITTEN)
 async def test_a_create_whose_insert_committed_before_the_store_vanished_never_says_nothing_written(
     private_db: str,
 ) -> None:
@@ -211,11 +205,16 @@ async def test_a_create_whose_insert_committed_before_the_store_vanished_never_s
         admin = await asyncpg.connect(private_db, timeout=5.0)
         try:
             await mesh.create(MeshNode(path="p/seed", content={}), access=ALICE)
-            proxy.reset_after_client_sends(b"INSERT INTO")  # committed; the reply never comes
+            # The statement text is cached (prepared) after the seed's INSERT; the marker is in the
+            # parameters the INSERT sends, which only the INSERT carries.
+            marker = "COMMITS-THEN-VANISHES"
+            proxy.reset_after_client_sends(marker.encode())  # committed; the reply never comes
             answer_task = asyncio.ensure_future(
                 first_value(
                     mesh.create_node(
-                        CreateNodeRequest(node=MeshNode(path="p/x", content={}), access=ALICE)
+                        CreateNodeRequest(
+                            node=MeshNode(path="p/x", content={"m": marker}), access=ALICE
+                        )
                     ),
                     timeout=10.0,
                 )
