@@ -333,11 +333,12 @@ class PostgresStore:
                     may_have_run=cdne,
                 ) from exc
             raise exc  # API misuse or a closing pool: a defect, surfaced unchanged
-        if isinstance(exc, pgexc.InternalClientError) and connection is not None:
+        if isinstance(exc, pgexc.InternalClientError) and stage != "connect":
             # A pooled connection whose backend was just terminated is handed out while asyncpg is
             # still consuming the FATAL: the call is refused before anything is sent. The
             # connection is unusable; drop it so the retry gets a fresh one.
-            connection.terminate()
+            if connection is not None and not _is_closed(connection):
+                connection.terminate()
             raise StoreError(
                 f"{where} lost its connection while {operation}: the connection was in a broken "
                 "protocol state (its backend had just gone); the statement was never sent",
@@ -441,7 +442,27 @@ class PostgresStore:
                 self._raise_at_boundary(exc, operation=operation, stage="query", connection=conn)
         finally:
             self._in_use -= 1
+            await self._release(pool, conn, operation)
+
+    async def _release(
+        self, pool: asyncpg.Pool, conn: PoolConnectionProxy[Any], operation: str
+    ) -> None:
+        """Give ``conn`` back. A connection that cannot be reset (its backend died after the
+        work ended) is discarded by asyncpg itself; that must not replace the work's own result
+        or error, so it is reported here, not raised."""
+        try:
             await pool.release(conn)
+        except _DRIVER_FAULTS as exc:
+            if not _is_closed(conn):
+                conn.terminate()
+            logger.bind(store=self._name, error_type=type(exc).__name__).warning(
+                "store '{}': a connection could not be returned to the pool after {} ({}: {}); "
+                "it was discarded",
+                self._name,
+                operation,
+                type(exc).__name__,
+                exc,
+            )
 
     # ------------------------------------------------------------------ schema
 
