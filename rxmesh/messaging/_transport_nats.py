@@ -28,6 +28,9 @@ DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 DEFAULT_SUBJECT_PREFIX = "rxmesh.hub"
 """The subject namespace hub addresses are mapped into."""
 
+_PROBE_HEADER = "Rxmesh-Probe"
+_ROUTABLE_WITHIN = 5.0
+
 _SAFE_TOKEN = re.compile(r"[A-Za-z0-9_\-]")
 
 
@@ -113,13 +116,37 @@ class NatsTransport:
         subject = self.subject_for(address)
 
         async def on_message(msg: Any) -> None:
+            if msg.headers and msg.headers.get(_PROBE_HEADER):
+                await msg.respond(b"")  # a readiness probe of serve(), not a request
+                return
             task = asyncio.get_running_loop().create_task(self._answer(msg, handler, subject))
             self._tasks.add(task)
             task.add_done_callback(self._settled)
 
         subscription = await self._client.subscribe(subject, cb=on_message)
         await self._client.flush()
+        await self._until_routable(subject)
         return _NatsServing(subscription)
+
+    async def _until_routable(self, subject: str) -> None:
+        """Return once the server routes requests for ``subject`` to this subscription.
+
+        A PONG after SUB says the server read the subscription; under load a request from
+        another connection has still been answered "no responders" right after it (seen in CI).
+        A probe request through the server proves the interest is visible to the account, so a
+        hub's ``start()`` returns only when it can be reached.
+        """
+        import nats.errors
+
+        async with asyncio.timeout(_ROUTABLE_WITHIN):
+            while True:
+                try:
+                    await self._client.request(
+                        subject, b"", timeout=_ROUTABLE_WITHIN, headers={_PROBE_HEADER: "1"}
+                    )
+                    return
+                except nats.errors.NoRespondersError:
+                    await asyncio.sleep(0.01)
 
     async def _answer(self, msg: Any, handler: FrameHandler, subject: str) -> None:
         reply = await handler(bytes(msg.data))
