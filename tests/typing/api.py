@@ -148,3 +148,58 @@ def verdicts() -> dict[str, str]:
         "None": classify(None),
         "text": answer_text("a/b", write_started=False),
     }
+
+
+# -- the mesh, the operators, the cache and the ledger, as a program would use them ---------------
+
+
+async def a_program() -> list[str]:
+    """Type-checked use of the public API beyond faults/exceptions (mypy only; never run)."""
+    import reactivex
+
+    from rxmesh import (
+        AccessContext,
+        CreateNodeRequest,
+        CreateNodeResponse,
+        CreateNodesRequest,
+        Mesh,
+        MeshNode,
+        RejectionReason,
+    )
+    from rxmesh.aio import first_value
+    from rxmesh.cache import SyncedQueryCache
+    from rxmesh.health import HealthRegistry, HealthReport, asgi_app
+    from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
+    from rxmesh.model import NodeQuery, QueryFrame
+    from rxmesh.operators import fan_in, reopen_on_transient_fault, retry_transient_connect
+    from rxmesh.providers import InMemoryStore
+    from rxmesh.testing import FaultInjectingStore
+
+    store = FaultInjectingStore(InMemoryStore())
+    mesh = Mesh(store, ledger=PendingWriteLedger(""), retry_delays=(0.25, 0.5, 1.0))
+    node = MeshNode(path="acme/a", node_type="Doc", content={"x": 1})
+    response: CreateNodeResponse = await first_value(
+        mesh.create_node(CreateNodeRequest(node=node, access=AccessContext(user="alice")))
+    )
+    created: MeshNode = await mesh.create(node, access=AccessContext(user="alice"))
+    bulk = await first_value(mesh.create_nodes(CreateNodesRequest(nodes=(node,), window=500)))
+    query = NodeQuery(partition="acme")
+    cache: SyncedQueryCache[NodeQuery, QueryFrame] = SyncedQueryCache(
+        lambda q: fan_in({"memory": store.query(q)}, query=q)
+    )
+    watch: reactivex.Observable[QueryFrame] = reopen_on_transient_fault(lambda: cache.get(query))
+    retried: reactivex.Observable[QueryFrame] = store.query(query).pipe(retry_transient_connect())
+    outcomes: list[PendingWriteOutcome] = []
+    mesh.ledger.outcomes.subscribe(outcomes.append)
+    report: HealthReport = await HealthRegistry().report()
+    app = asgi_app(HealthRegistry())
+    reason: RejectionReason | None = response.rejection_reason
+    return [
+        created.path,
+        str(bulk.success),
+        str(reason),
+        report.to_json(),
+        repr(app),
+        repr(watch),
+        repr(retried),
+    ]
