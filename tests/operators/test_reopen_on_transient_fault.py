@@ -12,7 +12,6 @@ import reactivex
 from loguru import logger
 from reactivex import Observable
 from reactivex.testing import ReactiveTest, TestScheduler
-from reactivex.testing.recorded import Recorded
 
 from rxmesh.exceptions import MeshDisposedError, StoreError
 from rxmesh.faults import is_standing_watch_transient
@@ -21,35 +20,11 @@ from rxmesh.operators import (
     DEFAULT_REOPEN_BACKOFF,
     reopen_on_transient_fault,
 )
+from tests.operators._shared import connect_fault, timeline
 
 on_next = ReactiveTest.on_next
 on_error = ReactiveTest.on_error
 on_completed = ReactiveTest.on_completed
-
-
-def connect_fault() -> StoreError:
-    """The incident's chain: a DB frame with no sqlstate raised from ConnectionResetError(104)."""
-    try:
-        try:
-            raise ConnectionResetError(104, "Connection reset by peer")
-        except OSError as exc:
-            raise StoreError("lost connection to postgres@db:5432", sqlstate=None) from exc
-    except StoreError as err:
-        return err
-
-
-def timeline(messages: list[Recorded[Any]]) -> list[tuple[Any, ...]]:
-    """(time, kind, value-or-exception); exceptions compare by identity."""
-    out: list[tuple[Any, ...]] = []
-    for message in messages:
-        note: Any = message.value
-        if note.kind == "N":
-            out.append((message.time, "N", note.value))
-        elif note.kind == "E":
-            out.append((message.time, "E", note.exception))
-        else:
-            out.append((message.time, "C"))
-    return out
 
 
 class Factory:
