@@ -122,13 +122,25 @@ class _Walk:
     is per path; a total budget bounds a pathological tree of groups.
     """
 
-    def __init__(self, seen: frozenset[int] = frozenset(), budget: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        seen: frozenset[int] = frozenset(),
+        budget: list[int] | None = None,
+        groups: frozenset[int] = frozenset(),
+    ) -> None:
         self.seen: set[int] = set(seen)
         self._budget = budget if budget is not None else [_MAX_TOTAL_FRAMES]
+        self._groups = groups
 
     def fork(self) -> _Walk:
         """A walk for one branch: this path's frames so far, the same total budget."""
-        return _Walk(frozenset(self.seen), self._budget)
+        return _Walk(frozenset(self.seen), self._budget, self._groups)
+
+    def within(self, group: BaseException) -> _Walk:
+        """A walk for a branch of ``group`` judged on its own: it remembers only the groups it
+        is nested in (so a branch leading back to one of them stops), not the frames outside."""
+        groups = self._groups | {id(group)}
+        return _Walk(groups, self._budget, groups)
 
     def frames(self, exc: BaseException | None) -> Iterator[BaseException]:
         current = exc
@@ -254,11 +266,27 @@ def _disposed(exc: BaseException, walk: _Walk) -> bool:
     return False
 
 
+def _first_group(exc: BaseException, walk: _Walk) -> BaseExceptionGroup[BaseException] | None:
+    for frame in walk.frames(exc):
+        if isinstance(frame, BaseExceptionGroup):
+            return frame
+    return None
+
+
 def _watch_transient_branch(exc: BaseException, walk: _Walk) -> bool:
     # A disposed mesh anywhere (in the chain or in any group branch) ends the watch: a group with
     # a disposed branch is not transient in every branch, whatever the one rule says of the rest.
     if _disposed(exc, walk.fork()):
         return False
+    # A group ANYWHERE in the chain decides (SPEC §6): transient only if every branch is, even
+    # when a frame outside it (a network error raised from it, say) would pass on its own.
+    search = walk.fork()  # remembers the frames down to the group, so a cycle back stops
+    group = _first_group(exc, search)
+    if group is not None:
+        branches = group.exceptions
+        return bool(branches) and all(
+            _watch_transient_branch(b, search.within(group)) for b in branches
+        )
     return _unreachable(exc, walk.fork(), db_seen=False) or _watch_transient(exc, walk.fork())
 
 

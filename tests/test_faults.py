@@ -1020,3 +1020,14 @@ def test_the_asyncpg_block_really_blocks() -> None:
     result = run_python(BLOCK_ASYNCPG + "import asyncpg\n")
     assert result.returncode != 0
     assert "ModuleNotFoundError" in result.stderr or "ImportError" in result.stderr
+
+
+def test_a_group_anywhere_in_the_chain_decides_even_under_a_transient_outer_frame() -> None:
+    """SPEC §6: a group ANYWHERE in the chain is transient only if every branch is — also when
+    a frame outside it (here a socket error raised from it) would pass on its own."""
+    mixed = ExceptionGroup("two providers", [ConnectionResetError(104), RuntimeError("defect")])
+    outer = chain(ConnectionResetError(104, "while draining"), mixed)
+    assert is_standing_watch_transient(outer) is False
+    # Control: the same shape with every branch transient re-opens.
+    clean = ExceptionGroup("two providers", [ConnectionResetError(104), BrokenPipeError(32)])
+    assert is_standing_watch_transient(chain(ConnectionResetError(104), clean)) is True
