@@ -360,12 +360,10 @@ class Mesh:
                     path=owner_path(partition), node_type="Owner", content={"owner": access.user}
                 )
             )
-            facts = PartitionFacts(
-                partition,
-                None,
-                facts.grant,
-                MeshNode(path=owner_path(partition), content={"owner": access.user}),
-            )
+            # Read the facts again rather than assume the claim won: another user may have opened
+            # the partition in between (their ownership record stands; ours was refused as
+            # "already exists"), and must not be handed a grant in someone else's partition.
+            facts = await self._facts(partition, access.user)
         if not self.policy.may(access, verb, facts):
             raise NodeAccessDeniedError(
                 f"'{access.user}' holds no grant to {verb} in partition '{partition}'",

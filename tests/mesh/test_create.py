@@ -428,3 +428,35 @@ async def test_control_a_write_refused_at_connect_every_time_still_says_nothing_
     store.refuse_writes_as_unreachable()
     response = await ask(mesh, CreateNodeRequest(node=node("acme/b"), access=ALICE))
     assert "Nothing was written" in (response.error or "")
+
+
+class _AliceOpensFirst(InMemoryStore):
+    """Alice's ownership record lands between Bob's facts read and Bob's own claim."""
+
+    def write(self, node: MeshNode) -> Observable[MeshNode]:
+        if node.path == "race/_owner" and node.content == {"owner": "bob"}:
+            alice_owner = node.model_copy(update={"content": {"owner": "alice"}})
+            return (
+                super()
+                .write(alice_owner)
+                .pipe(ops.flat_map(lambda _: super(_AliceOpensFirst, self).write(node)))
+            )
+        return super().write(node)
+
+
+async def test_a_user_who_loses_the_race_to_open_a_partition_is_not_granted_anything() -> None:
+    store = _AliceOpensFirst()
+    mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(""))
+    response = await ask(mesh, CreateNodeRequest(node=node("race/b"), access=BOB))
+    assert response.rejection_reason is RejectionReason.FORBIDDEN
+    owner = await first_value(store.read("race/_owner"))
+    assert owner is not None
+    assert owner.content == {"owner": "alice"}
+    assert await first_value(store.read("race/_access/bob")) is None
+    assert await first_value(store.read("race/b")) is None
+
+
+async def test_control_the_user_who_opens_a_partition_owns_it_and_creates() -> None:
+    mesh = Mesh(InMemoryStore(), retry_delays=FAST, ledger=PendingWriteLedger(""))
+    response = await ask(mesh, CreateNodeRequest(node=node("race/b"), access=BOB))
+    assert response.success
