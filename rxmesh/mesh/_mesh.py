@@ -634,13 +634,22 @@ class Mesh:
                 state.landed[node.path] = existing  # landed by this very request earlier
             else:
                 state.already_present.append(node.path)
-        for partition in sorted({node.partition for node in todo}):
-            await self._bootstrap(partition, access, "create", creating=None, heal=True)
+        # Phase 3's checks need no store: run them first so a bad batch heals no partition, but
+        # let a permission refusal (phase 2) outrank them in the answer, as the phases' order says.
+        content_error: NodeValidationError | None = None
         for node in todo:
             try:
                 self._validate_content(node, access)
             except NodeValidationError as exc:
-                raise type(exc)(f"entry '{node.path}': {exc}", path=node.path) from exc
+                content_error = type(exc)(f"entry '{node.path}': {exc}", path=node.path)
+                content_error.__cause__ = exc
+                break
+        for partition in sorted({node.partition for node in todo}):
+            await self._bootstrap(
+                partition, access, "create", creating=None, heal=content_error is None
+            )
+        if content_error is not None:
+            raise content_error
         now = _now()
         stamped = [
             node.model_copy(

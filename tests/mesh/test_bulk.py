@@ -11,13 +11,14 @@ from reactivex import operators as ops
 
 from rxmesh import CreateNodesRequest, CreateNodesResponse, Mesh, MeshNode, RejectionReason
 from rxmesh.aio import first_value
+from rxmesh.exceptions import NodeValidationError
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import WindowCommitted
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
 from rxmesh.testing._fault_store import connect_timeout_error, unreachable_error
 
-from .conftest import ALICE, FAST, make_mesh
+from .conftest import ALICE, BOB, FAST, make_mesh
 
 
 async def ask(mesh: Mesh, request: object) -> CreateNodesResponse:
@@ -163,3 +164,28 @@ async def test_a_bad_window_is_refused_naming_it(window: int) -> None:
     )
     assert response.rejection_reason is RejectionReason.VALIDATION_FAILED
     assert "window" in (response.error or "")
+
+
+async def test_a_batch_refused_by_a_validator_writes_nothing_not_even_a_partition_heal() -> None:
+    def no_colour(node: MeshNode, access: object) -> None:
+        if isinstance(node.content, dict) and "colour" in node.content:
+            raise NodeValidationError(f"content of '{node.path}' may not name a colour")
+
+    mesh, store = make_mesh(validators=[no_colour])
+    batch = (*nodes("fresh", 2), MeshNode(path="fresh/bad", node_type="Doc", content={"colour": 1}))
+    response = await ask(mesh, CreateNodesRequest(nodes=batch, access=ALICE))
+    assert response.rejection_reason is RejectionReason.VALIDATION_FAILED
+    assert "fresh/bad" in (response.error or "")
+    assert store.writes_attempted() == []
+
+
+async def test_a_forbidden_batch_is_forbidden_even_when_an_entry_is_also_invalid() -> None:
+    def no_colour(node: MeshNode, access: object) -> None:
+        if isinstance(node.content, dict) and "colour" in node.content:
+            raise NodeValidationError(f"content of '{node.path}' may not name a colour")
+
+    mesh, store = make_mesh(validators=[no_colour])
+    assert (await ask(mesh, CreateNodesRequest(nodes=nodes("acme", 1), access=ALICE))).success
+    bad = (MeshNode(path="acme/bad", node_type="Doc", content={"colour": 1}),)
+    response = await ask(mesh, CreateNodesRequest(nodes=bad, access=BOB))
+    assert response.rejection_reason is RejectionReason.FORBIDDEN
