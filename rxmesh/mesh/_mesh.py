@@ -91,6 +91,10 @@ class NodeTypeValidator(Protocol):
         ...
 
 
+_Attempt = tuple[Callable[[], Awaitable[R]], Callable[[BaseException], R], Callable[[], R]]
+"""One subscription's work: ``(run, on_fault, backstop)``, built fresh per subscription."""
+
+
 @dataclass
 class _BulkState:
     write_started: bool = False
@@ -254,17 +258,14 @@ class Mesh:
         self._check_open()
         return self.queries.get(query)
 
-    def _answer_once(
-        self,
-        run: Callable[[], Awaitable[R]],
-        on_fault: Callable[[BaseException], R],
-        backstop: Callable[[], R],
-    ) -> Observable[R]:
-        """Run ``run`` per subscription; answer exactly one item, classified on any fault."""
+    def _answer_once(self, attempt: Callable[[], _Attempt[R]]) -> Observable[R]:
+        """Per subscription, build a fresh attempt (its own state) and run it; answer exactly one
+        item, classified on any fault."""
 
         def subscribe(
             observer: abc.ObserverBase[R], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
+            run, on_fault, backstop = attempt()
             answered = False
 
             def answer(response: R) -> None:
@@ -427,8 +428,12 @@ class Mesh:
 
         access = req.access
         operation = f"Node creation at '{req.node.path}'"
+        return self._answer_once(lambda: self._create_attempt(req, access, operation))
 
-        write_failures: list[Exception] = []
+    def _create_attempt(
+        self, req: CreateNodeRequest, access: AccessContext | None, operation: str
+    ) -> _Attempt[CreateNodeResponse]:
+        write_failures: list[Exception] = []  # this subscription's write attempts that failed
 
         def on_fault(exc: BaseException) -> CreateNodeResponse:
             verdict = self._judge(exc, operation, "creating", req.node.path)
@@ -459,7 +464,7 @@ class Mesh:
             self._created.on_next(node)
             return CreateNodeResponse.created(req.request_id, node)
 
-        return self._answer_once(run, on_fault, backstop)
+        return run, on_fault, backstop
 
     def _maybe(self, req: CreateNodeRequest) -> AccessContext | None:
         try:
@@ -471,7 +476,7 @@ class Mesh:
         async def run() -> R:
             return response
 
-        return self._answer_once(run, lambda exc: response, lambda: response)
+        return self._answer_once(lambda: (run, lambda exc: response, lambda: response))
 
     def _judge(self, exc: BaseException, operation: str, doing: str, path: str) -> Judgement:
         return judge(exc, operation=operation, doing=doing, path=path, store=self.store.name)
@@ -561,8 +566,13 @@ class Mesh:
         refusal = self._bulk_phase0(req)
         if refusal is not None:
             return self._immediate(refusal)
-        state = _BulkState()
         operation = f"Bulk creation of {len(req.nodes)} node(s)"
+        return self._answer_once(lambda: self._bulk_attempt(req, operation))
+
+    def _bulk_attempt(
+        self, req: CreateNodesRequest, operation: str
+    ) -> _Attempt[CreateNodesResponse]:
+        state = _BulkState()  # this subscription's phases: what was attempted, what landed
 
         async def run() -> CreateNodesResponse:
             try:
@@ -587,7 +597,7 @@ class Mesh:
                 error=f"{operation} completed without an answer",
             )
 
-        return self._answer_once(run, on_fault, backstop)
+        return run, on_fault, backstop
 
     def _bulk_phase0(self, req: CreateNodesRequest) -> CreateNodesResponse | None:
         seen: set[str] = set()
@@ -821,7 +831,7 @@ class Mesh:
             node = await run()
             return NodeOperationResponse(request_id=request_id, success=True, node=node)
 
-        return self._answer_once(answer, on_fault, backstop)
+        return self._answer_once(lambda: (answer, on_fault, backstop))
 
     def update_node(
         self, request: UpdateNodeRequest | Mapping[str, Any] | str | bytes

@@ -460,3 +460,20 @@ async def test_control_the_user_who_opens_a_partition_owns_it_and_creates() -> N
     mesh = Mesh(InMemoryStore(), retry_delays=FAST, ledger=PendingWriteLedger(""))
     response = await ask(mesh, CreateNodeRequest(node=node("race/b"), access=BOB))
     assert response.success
+
+
+async def test_each_subscription_of_a_create_is_its_own_attempt() -> None:
+    """Per-subscription state: a second subscription does not inherit the first one's failures."""
+    store = _CommitsThenVanishes()
+    mesh = Mesh(
+        store, retry_delays=FAST, ledger=PendingWriteLedger(""), record_pending_writes=False
+    )
+    await mesh.create(node("acme/seed"), access=ALICE)
+    answer = mesh.create_node(CreateNodeRequest(node=node("acme/b"), access=ALICE))
+    first = await first_value(answer)
+    assert first.outcome_unknown  # its write may have committed (it did)
+    assert await first_value(store.delete("acme/b"))  # gone again; writes are now refused
+    second = await first_value(answer)  # the same observable, subscribed again
+    assert second.rejection_reason is RejectionReason.UNAVAILABLE
+    assert not second.outcome_unknown  # this attempt's writes were all refused at connect
+    assert "Nothing was written" in (second.error or "")
