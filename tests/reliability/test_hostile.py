@@ -63,17 +63,9 @@ ODD_PATHS = [
 
 
 def _text(max_size: int) -> st.SearchStrategy[str]:
-    # Every code point, lone surrogates and NUL included (paths refuse them all).
+    # Every code point, lone surrogates and NUL included: paths refuse them all, and content and
+    # node types that a store cannot hold are refused up front (they were defects, now fixed).
     return st.text(st.characters(codec=None, exclude_categories=()), max_size=max_size)
-
-
-def _storable_text(max_size: int) -> st.SearchStrategy[str]:
-    # Contents and node types: everything but NUL and lone surrogates, which are pinned
-    # defects (UNSTORABLE_TEXT below) rather than properties that hold today.
-    return st.text(
-        st.characters(codec=None, exclude_categories=("Cs",), exclude_characters="\x00"),
-        max_size=max_size,
-    )
 
 
 paths = st.one_of(
@@ -84,15 +76,15 @@ paths = st.one_of(
     ),
     st.builds(lambda tail: "p/" + tail, _text(20)),
 )
-node_types = st.one_of(st.none(), _storable_text(30), st.sampled_from([*SQL, "x" * 20000]))
+node_types = st.one_of(st.none(), _text(30), st.sampled_from([*SQL, "x" * 20000]))
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
-    _storable_text(30), st.sampled_from(SQL),
+    _text(30), st.sampled_from(SQL),
 )
 json_values = st.recursive(
     scalars,
     lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(_storable_text(8), inner, max_size=4),
+    | st.dictionaries(_text(8), inner, max_size=4),
     max_leaves=25,
 )
 
@@ -119,7 +111,7 @@ def _real(content: Any) -> Any:
 
 contents = st.one_of(
     st.none(),
-    st.dictionaries(_storable_text(10), json_values, max_size=5),
+    st.dictionaries(_text(10), json_values, max_size=5),
     st.integers(min_value=1, max_value=3000).map(Deep),
     st.just({"big": "z" * 1_100_000}),
     json_values,  # not a mapping at all
@@ -162,15 +154,9 @@ DEEP_JSON_RAISES = (
     "update_node()/... synchronously (no answer at all). Fix: catch (ValueError, RecursionError) "
     "there (or take the request_id from pydantic's error input instead of re-parsing)."
 )
-DEEP_JSON_LIMIT = 900
-"""Below this depth JSON text requests are in the property test; deeper ones are pinned."""
-
-
 async def _one_create(
     mesh: Mesh, store: Any, path: str, node_type: str | None, content: Any, as_json: bool
 ) -> None:
-    if isinstance(content, Deep) and content.depth > DEEP_JSON_LIMIT:
-        as_json = False  # the pinned defect DEEP_JSON_RAISES; the dict form is still tested
     request = {"node": {"path": path, "node_type": node_type, "content": content}, "access": ALICE}
     before = await _rows(store)
     if as_json:
