@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import reactivex
-from loguru import logger
 from reactivex import Observable
 from reactivex.testing import ReactiveTest, TestScheduler
 
@@ -366,35 +364,25 @@ def test_a_broken_on_reopen_hook_ends_the_watch_with_its_own_error_and_no_reopen
     assert timeline(results.messages) == [(201, "E", broken)]
 
 
-@pytest.fixture
-def logged() -> Iterator[list[str]]:
-    lines: list[str] = []
-    logger.enable("rxmesh")
-    sink = logger.add(lambda m: lines.append(m), level="WARNING", format="{level} {message}")
-    try:
-        yield lines
-    finally:
-        logger.remove(sink)
-        logger.disable("rxmesh")
-
-
-def test_each_reopen_is_logged_at_warning_and_a_spent_budget_at_error(logged: list[str]) -> None:
+def test_each_reopen_is_logged_at_warning_and_a_spent_budget_at_error(
+    warnings_logged: list[str],
+) -> None:
     scheduler = TestScheduler()
     dead = scheduler.create_cold_observable(on_error(0, connect_fault()))
 
     scheduler.start(lambda: reopen_on_transient_fault(Factory(dead), scheduler=scheduler))
 
-    assert logged[2].rstrip() == (
+    assert warnings_logged[2].rstrip() == (
         "WARNING StoreError interrupted the standing watch subscription — re-opening (3/5) in 15s"
     )
-    assert len(logged) == 6
-    assert logged[5].startswith("ERROR StoreError ended the standing watch: 5 consecutive")
+    assert len(warnings_logged) == 6
+    assert warnings_logged[5].startswith("ERROR StoreError ended the standing watch: 5 consecutive")
 
 
-def test_a_non_transient_fault_is_left_to_the_owner_to_report(logged: list[str]) -> None:
+def test_a_non_transient_fault_is_left_to_the_owner_to_report(warnings_logged: list[str]) -> None:
     scheduler = TestScheduler()
     dead = scheduler.create_cold_observable(on_error(0, RuntimeError("defect")))
 
     scheduler.start(lambda: reopen_on_transient_fault(Factory(dead), scheduler=scheduler))
 
-    assert logged == []
+    assert warnings_logged == []

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import reactivex
-from loguru import logger
 from reactivex import Observable, abc
 from reactivex.testing import ReactiveTest, TestScheduler
 
@@ -203,18 +201,6 @@ def test_the_default_classifier_is_the_one_rule() -> None:
     defaults = retry_transient_connect.__kwdefaults__
     assert defaults is not None
     assert defaults["should_retry"] is is_transient_connect_fault
-
-
-@pytest.fixture
-def warnings_logged() -> Iterator[list[str]]:
-    lines: list[str] = []
-    logger.enable("rxmesh")
-    sink = logger.add(lambda m: lines.append(m), level="WARNING", format="{level} {message}")
-    try:
-        yield lines
-    finally:
-        logger.remove(sink)
-        logger.disable("rxmesh")
 
 
 def test_each_scheduled_retry_is_logged_at_warning(warnings_logged: list[str]) -> None:
