@@ -12,7 +12,7 @@ PermissionError`` catches a missing grant)::
     │   └── StoreConflictError            a row is already at that path (sqlstate 23505; a verdict)
     ├── QueryProviderStalledError         the fan-in's Initial gate fired (NOT a TimeoutError)
     ├── DeliveryFailure                   a NACK that crossed a messaging boundary (``error_type``)
-    ├── BuildCoordinationUnreachableError the build-claim handshake got no answer in time
+    ├── BuildCoordinationUnreachableError the build-claim handshake got no answer (or NO_RESPONDERS)
     ├── MeshDisposedError                 the mesh was disposed by its owner
     └── NodeOperationError                UNKNOWN; base of the verbs' errors
         ├── StoreUnavailableError         UNAVAILABLE: not evaluated, nothing written
@@ -140,13 +140,27 @@ class QueryProviderStalledError(RxMeshError):
 
 
 class DeliveryErrorType(StrEnum):
-    """Why a message was not delivered, as a responding side reports it."""
+    """Why a message was not delivered, as a responding side (or the transport) reports it.
+
+    - ``FAILED``: the request failed; only with one of the transport's two timeout phrases is it
+      "no answer in time" (:func:`rxmesh.faults.is_no_answer_in_time`), otherwise it is an answer.
+    - ``NOT_FOUND``: a verdict: something that knows every hub (the in-process transport, a hub
+      without that handler, a hub that does not forward) says nothing serves the address.
+    - ``FORBIDDEN``, ``UNAVAILABLE``, ``SHUTTING_DOWN``: verdicts (access denied, the store was
+      unreachable, the hub is closing).
+    - ``NO_RESPONDERS``: nobody was there to answer, and the transport cannot tell why (NATS's
+      "no responders": no hub ever serves it, or its process is down, or it has not re-subscribed
+      after a reconnect). An availability failure, not a verdict:
+      :func:`rxmesh.faults.is_coordination_unreachable` matches it, ``is_no_answer_in_time`` does
+      not (nothing timed out).
+    """
 
     FAILED = "FAILED"
     NOT_FOUND = "NOT_FOUND"
     FORBIDDEN = "FORBIDDEN"
     UNAVAILABLE = "UNAVAILABLE"
     SHUTTING_DOWN = "SHUTTING_DOWN"
+    NO_RESPONDERS = "NO_RESPONDERS"
 
 
 class DeliveryFailure(RxMeshError):
@@ -162,7 +176,8 @@ class DeliveryFailure(RxMeshError):
 
 
 class BuildCoordinationUnreachableError(RxMeshError):
-    """The build-claim handshake got no answer in time, every attempt; nothing was verified."""
+    """The build-claim handshake got no answer in time, or nobody answering (a NO_RESPONDERS
+    :class:`DeliveryFailure`), every attempt; nothing was verified."""
 
 
 class MeshDisposedError(RxMeshError):

@@ -36,6 +36,7 @@ __all__ = [
     "describe_not_attempted",
     "exception_chain",
     "is_cooperative_cancellation",
+    "is_coordination_unreachable",
     "is_db_frame",
     "is_no_answer_in_time",
     "is_standing_watch_transient",
@@ -385,3 +386,43 @@ def describe_may_have_partially_landed(operation: str) -> str:
         "retrying; re-issuing the same request (with the same node ids) is safe only for what "
         "is not there."
     )
+
+
+def is_coordination_unreachable(exc: BaseException | None) -> bool:
+    """Whether ``exc`` says the other side could not be reached: no answer in time, or nobody
+    there to answer.
+
+    True when :func:`is_no_answer_in_time` is (its two timeout shapes, unchanged), or when a
+    :class:`~rxmesh.exceptions.DeliveryFailure` whose ``error_type`` is ``NO_RESPONDERS`` is in
+    the chain or in any branch of an exception group (the same walk as
+    :func:`is_no_answer_in_time`: a seen-set and the 256-frame cap). NO_RESPONDERS is NATS's "no
+    responders": it cannot tell "nobody ever serves this address" from "the process is down or
+    has not re-subscribed yet", so it is an availability failure, not a verdict. It is judged by
+    ``error_type`` alone, never by text. Everything else is refused: NOT_FOUND, FORBIDDEN,
+    UNAVAILABLE and SHUTTING_DOWN NACKs (verdicts, whatever their text quotes), a FAILED NACK
+    without the timeout phrases (also one quoting "no responders"), any other exception, ``None``.
+
+    Example:
+        >>> from rxmesh.exceptions import DeliveryErrorType, DeliveryFailure
+        >>> is_coordination_unreachable(DeliveryFailure(DeliveryErrorType.NO_RESPONDERS, "x"))
+        True
+        >>> is_coordination_unreachable(DeliveryFailure(DeliveryErrorType.NOT_FOUND, "x"))
+        False
+    """
+    if exc is None:
+        return False
+    if is_no_answer_in_time(exc):
+        return True
+
+    def nobody_answering(current: BaseException, walk: _Walk) -> bool:
+        for frame in walk.frames(current):
+            if (
+                isinstance(frame, DeliveryFailure)
+                and frame.error_type is DeliveryErrorType.NO_RESPONDERS
+            ):
+                return True
+            if isinstance(frame, BaseExceptionGroup):
+                return any(nobody_answering(b, walk.fork()) for b in frame.exceptions)
+        return False
+
+    return nobody_answering(exc, _Walk())

@@ -35,6 +35,7 @@ from rxmesh.faults import (
     describe_not_attempted,
     exception_chain,
     is_cooperative_cancellation,
+    is_coordination_unreachable,
     is_db_frame,
     is_no_answer_in_time,
     is_standing_watch_transient,
@@ -52,6 +53,7 @@ classifiers: tuple[Classifier, ...] = (
     is_cooperative_cancellation,
     is_standing_watch_transient,
     is_no_answer_in_time,
+    is_coordination_unreachable,
 )
 
 sqlstates: frozenset[str] = TRANSIENT_CONNECT_SQLSTATES
@@ -101,6 +103,7 @@ def build_exceptions() -> list[BaseException]:
 
     nack = DeliveryFailure(DeliveryErrorType.FAILED, "Response did not arrive on time")
     nack_from_text = DeliveryFailure("FORBIDDEN", "Access denied")
+    nobody = DeliveryFailure(DeliveryErrorType.NO_RESPONDERS, "no responders on 'admin/build'")
     error_type: DeliveryErrorType = nack.error_type
     message: str = nack.message
 
@@ -124,6 +127,7 @@ def build_exceptions() -> list[BaseException]:
         stalled,
         nack,
         nack_from_text,
+        nobody,
         BuildCoordinationUnreachableError("admin/build: no answer after 3 attempts"),
         MeshDisposedError("disposed"),
         *verbs,
