@@ -31,17 +31,33 @@ from rxmesh.exceptions import (
 from rxmesh.faults import describe_not_attempted, is_cooperative_cancellation, is_store_unreachable
 from rxmesh.operations import RejectionReason
 
-__all__ = ["Judgement", "error_for", "judge", "unreachable_note"]
+__all__ = ["Judgement", "annotate", "error_for", "judge", "unreachable_note"]
 
 
 @dataclass(frozen=True)
 class Judgement:
-    """What a terminal arm decided: the reason, the answer text, and whether the store was away."""
+    """What a terminal arm decided: the reason, the answer text, and whether the store was away.
+
+    ``diagnosis`` is the stall-adjacency sentence ("this process's event loop stalled 3.2 s,
+    ending 0.3 s before this fault — check this process before the database") when this process
+    stalled just before a store-unreachable fault, else ``""``. :attr:`error` already carries it;
+    an arm that words its own answer (the may-have-landed text) adds it with :meth:`annotate`.
+    """
 
     reason: RejectionReason
     error: str
     unreachable: bool = False
     fields: dict[str, Any] = field(default_factory=dict)
+    diagnosis: str = ""
+
+    def annotate(self, text: str) -> str:
+        """``text`` followed by the diagnosis sentence, when there is one."""
+        return annotate(text, self.diagnosis)
+
+
+def annotate(text: str, diagnosis: str) -> str:
+    """``text`` then ``" Diagnosis: <sentence>."``; ``text`` alone when ``diagnosis`` is empty."""
+    return f"{text} Diagnosis: {diagnosis}." if diagnosis else text
 
 
 _REFUSALS: tuple[tuple[type[BaseException], RejectionReason], ...] = (
@@ -54,11 +70,12 @@ _REFUSALS: tuple[tuple[type[BaseException], RejectionReason], ...] = (
 
 
 def unreachable_note() -> tuple[str, dict[str, Any]]:
-    """The stall-adjacency sentence and fields to add to a store-unreachable report, if any."""
+    """The stall-adjacency sentence and fields to add to a store-unreachable report, if any
+    (``("", {})`` when this process did not stall just before)."""
     adjacency = stall_adjacency()
     if adjacency is None:
         return "", {}
-    return "; " + adjacency.describe(), adjacency.as_log_fields()
+    return adjacency.describe(), adjacency.as_log_fields()
 
 
 def judge(
@@ -79,7 +96,7 @@ def judge(
         store: the store's printable name.
     """
     if is_store_unreachable(exc):
-        note, stall_fields = unreachable_note()
+        diagnosis, stall_fields = unreachable_note()
         fields: dict[str, Any] = {
             FIELD_EVENT: EVENT_STORE_UNREACHABLE,
             "store": store,
@@ -95,10 +112,14 @@ def judge(
             path,
             type(exc).__name__,
             exc,
-            note,
+            f"; {diagnosis}" if diagnosis else "",
         )
         return Judgement(
-            RejectionReason.UNAVAILABLE, describe_not_attempted(operation), True, fields
+            RejectionReason.UNAVAILABLE,
+            annotate(describe_not_attempted(operation), diagnosis),
+            True,
+            fields,
+            diagnosis,
         )
     for refusal_type, reason in _REFUSALS:
         if isinstance(exc, refusal_type):

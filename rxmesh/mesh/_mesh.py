@@ -31,7 +31,12 @@ from rxmesh.faults import (
     is_store_unreachable,
     is_write_outcome_unknown,
 )
-from rxmesh.ledger import JournalError, PendingWrite, PendingWriteLedger, PendingWriteRecovery
+from rxmesh.ledger import (
+    PendingWrite,
+    PendingWriteHeldError,
+    PendingWriteLedger,
+    PendingWriteRecovery,
+)
 from rxmesh.mesh._access import (
     AccessPolicy,
     GrantPolicy,
@@ -93,6 +98,15 @@ class NodeTypeValidator(Protocol):
 
 _Attempt = tuple[Callable[[], Awaitable[R]], Callable[[BaseException], R], Callable[[], R]]
 """One subscription's work: ``(run, on_fault, backstop)``, built fresh per subscription."""
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """What recording an UNAVAILABLE create did: recorded or not, the answer's note, and why not."""
+
+    recorded: bool
+    note: str
+    why_not: str = ""
 
 
 @dataclass
@@ -392,22 +406,49 @@ class Mesh:
         access: AccessContext | None,
         request_id: str,
         origin: Literal["create", "create_nodes"],
-    ) -> str:
-        """Record an UNAVAILABLE create for one re-issue; returns text to add to the answer."""
+    ) -> _Recorded:
+        """Record an UNAVAILABLE create for one re-issue.
+
+        The recording step can never prevent the answer: whatever it raises (a journal that
+        cannot be written, a value the journal cannot encode, a defect) is logged at ERROR and
+        the answer says the write will not be re-issued. Another requester's outstanding intent
+        for the same path is never displaced; this one is then not recorded, and says so.
+        """
         if not self.record_pending_writes:
-            return ""
+            return _Recorded(False, "")
         requester = access.user if access is not None else (node.created_by or "unknown")
-        intent = PendingWrite(
-            node=node, requester=requester, access=access, request_id=request_id, origin=origin
-        )
         try:
-            self.ledger.record(intent)
-        except (OSError, JournalError) as exc:
-            logger.bind(event="journal_failed", path=node.path).opt(exception=exc).error(
-                "pending write for '{}' could NOT be journaled: {}", node.path, exc
+            intent = PendingWrite(
+                node=node, requester=requester, access=access, request_id=request_id, origin=origin
             )
-            return f" The pending write could NOT be journaled ({exc}); it will not be re-issued."
-        return ""
+            self.ledger.record(intent)
+        except PendingWriteHeldError as exc:
+            logger.bind(event="pending_write_held", path=node.path, request_id=request_id).warning(
+                "pending write for '{}' (request {}) not recorded: {}", node.path, request_id, exc
+            )
+            return _Recorded(
+                False,
+                " It will not be re-issued by rxmesh: a create of this path by another "
+                "requester is already pending; re-issue this request yourself once the store "
+                "answers again.",
+                "another requester's create of this path is already pending",
+            )
+        except Exception as exc:  # noqa: BLE001 - logged at ERROR and told in the answer
+            logger.bind(
+                event="journal_failed", path=node.path, error_type=type(exc).__name__
+            ).opt(exception=exc).error(
+                "pending write for '{}' could NOT be recorded: {}: {}",
+                node.path,
+                type(exc).__name__,
+                exc,
+            )
+            why = f"{type(exc).__name__}: {exc}"
+            return _Recorded(
+                False,
+                f" The pending write could NOT be journaled ({why}); it will not be re-issued.",
+                why,
+            )
+        return _Recorded(True, "")
 
     # ------------------------------------------------------------------ create
 
@@ -441,11 +482,11 @@ class Mesh:
             unknown = verdict.unreachable and any(map(is_write_outcome_unknown, write_failures))
             if unknown:
                 # An attempt's connection died after the INSERT left: it may have committed.
-                error = describe_may_have_partially_landed(operation)
+                error = verdict.annotate(describe_may_have_partially_landed(operation))
             if verdict.unreachable and not req.reissued_after_unavailable:
                 error += self._record(
                     req.node, access or self._maybe(req), req.request_id, "create"
-                )
+                ).note
             return CreateNodeResponse(
                 request_id=req.request_id,
                 success=False,
@@ -756,7 +797,7 @@ class Mesh:
             access = req.access or self._maybe(CreateNodeRequest(node=req.nodes[0]))
             for node in not_created:
                 journal_note = (
-                    self._record(node, access, req.request_id, "create_nodes") or journal_note
+                    self._record(node, access, req.request_id, "create_nodes").note or journal_note
                 )
         if landed:
             logger.bind(
@@ -790,7 +831,7 @@ class Mesh:
         verdict = self._judge(exc, operation, "bulk-creating", req.nodes[0].path)
         error = verdict.error
         if verdict.unreachable and state.write_started:
-            error = describe_may_have_partially_landed(operation)
+            error = verdict.annotate(describe_may_have_partially_landed(operation))
         return CreateNodesResponse(
             request_id=req.request_id,
             success=False,

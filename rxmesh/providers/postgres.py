@@ -18,10 +18,13 @@ import asyncio
 import functools
 import json
 import re
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from types import TracebackType
-from typing import Any, Literal, NoReturn, TypeVar, cast
+from typing import Any, Literal, NoReturn, TypeVar
 from urllib.parse import urlparse
 
 import asyncpg
@@ -49,8 +52,11 @@ from rxmesh.model import (
 from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
 
 __all__ = [
+    "DEFAULT_MALFORMED_LOG_INTERVAL",
     "DEFAULT_RECONNECT_BACKOFF",
     "DEFAULT_SCHEMA_PREFIX",
+    "ChangeFeedState",
+    "ChangeFeedStatistics",
     "PostgresStore",
     "quote_identifier",
     "schema_for_partition",
@@ -63,6 +69,10 @@ DEFAULT_SCHEMA_PREFIX = "rxmesh_"
 
 DEFAULT_RECONNECT_BACKOFF: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
 """Delays (s) between re-connect attempts of the change-feed listener; the last one repeats."""
+
+DEFAULT_MALFORMED_LOG_INTERVAL = 60.0
+"""Seconds between two WARNING lines about malformed change-feed notifications (the first is
+logged at once; the ones in between are counted and summarised)."""
 
 _PREFIX_RULE = re.compile(r"[a-z][a-z0-9_]{0,14}")
 _COLUMNS = "path, node_type, content::text AS content, created_by, created_at, version, request_id"
@@ -158,6 +168,9 @@ class PostgresStore:
             :class:`~rxmesh.exceptions.StorePoolExhaustedError` if the pool was full).
         schema_prefix: prefix of partition schemas (``[a-z][a-z0-9_]{0,14}``); the NOTIFY
             channel is ``<prefix>changes``. Two stores with different prefixes share nothing.
+        malformed_log_interval: seconds between two WARNING lines about change-feed payloads
+            that do not parse (each is counted and skipped; see :meth:`feed_statistics`).
+        clock: monotonic seconds for that rate limit; injectable for tests.
 
     Use ``async with PostgresStore(dsn) as store:`` or ``await store.start()`` /
     ``await store.close()``.
@@ -177,6 +190,8 @@ class PostgresStore:
         reconnect_backoff: Sequence[float] = DEFAULT_RECONNECT_BACKOFF,
         acquire_timeout: float = 10.0,
         schema_prefix: str = DEFAULT_SCHEMA_PREFIX,
+        malformed_log_interval: float = DEFAULT_MALFORMED_LOG_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not _PREFIX_RULE.fullmatch(schema_prefix):
             raise ValueError(f"schema_prefix {schema_prefix!r} must match {_PREFIX_RULE.pattern}")
@@ -204,9 +219,9 @@ class PostgresStore:
         self._listen_conn: _Connection | None = None
         self._listen_lock = asyncio.Lock()
         self._lost = asyncio.Event()
-        self._notifications: asyncio.Queue[str] = asyncio.Queue()
-        self._feed_task: asyncio.Task[None] | None = None
-        self._dispatch_task: asyncio.Task[None] | None = None
+        self._notifications: asyncio.Queue[object] = asyncio.Queue()
+        self._tasks: dict[_Role, asyncio.Task[None]] = {}
+        self._feed = _FeedBook(self._name, self._channel, malformed_log_interval, clock)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -257,32 +272,76 @@ class PostgresStore:
             await pool.close()
             self._pool = None
             raise
-        self._dispatch_task = asyncio.create_task(self._dispatch(), name=f"{self._name} feed")
-        self._feed_task = asyncio.create_task(self._watch_feed(), name=f"{self._name} listener")
+        self._feed.state = ChangeFeedState.LISTENING
+        self._spawn("dispatch", self._dispatch())
+        self._spawn("listener", self._watch_feed())
 
     async def close(self) -> None:
-        """Stop the change feed, close the pool, and complete the hot streams."""
+        """Stop the change feed, close the pool, and complete the hot streams.
+
+        It always closes everything, whatever state the feed's tasks ended in: their errors are
+        logged at ERROR (once), never raised from here. Idempotent. If the task calling
+        ``close()`` is cancelled meanwhile, the connections are still terminated and the
+        cancellation propagates.
+        """
         self._closing = True
-        for task in (self._feed_task, self._dispatch_task):
-            if task is not None:
-                task.cancel()
-        for task in (self._feed_task, self._dispatch_task):
-            if task is not None:
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if current is not None and current.cancelling():
-                        raise
-        self._feed_task = self._dispatch_task = None
-        conn, self._listen_conn = self._listen_conn, None
-        if conn is not None and not conn.is_closed():
-            conn.terminate()
+        self._feed.state = ChangeFeedState.CLOSED
+        tasks = list(self._tasks.items())
+        self._tasks.clear()
         pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
-        for hot in (self._changes, self._gaps, self._answers):
-            hot.subject.on_completed()
+        try:
+            for _, task in tasks:
+                task.cancel()
+            self._drop_listener()
+            if tasks:
+                # asyncio.wait never raises a task's error; a stuck task cannot hold close().
+                _, stuck = await asyncio.wait(
+                    [task for _, task in tasks], timeout=self._command_timeout
+                )
+                for role, task in tasks:
+                    self._report_at_close(role, task, stuck=task in stuck)
+            if pool is not None:
+                await self._close_pool(pool)
+        finally:
+            self._drop_listener()
+            if pool is not None and not pool.is_closing():
+                pool.terminate()  # close() itself was cancelled before the pool's turn
+            self._feed.report_held(force=True)
+            for hot in (self._changes, self._gaps, self._answers):
+                hot.subject.on_completed()
+
+    def _report_at_close(self, role: str, task: asyncio.Task[None], *, stuck: bool) -> None:
+        """Log what a feed task ended with, unless it was reported already (a task that died
+        while the store was open was reported, and replaced, when it died)."""
+        log = logger.bind(store=self._name, task=role)
+        if stuck:
+            log.error(
+                "store '{}' change feed {} task did not stop within {:g}s of close(); "
+                "its connection was terminated",
+                self._name,
+                role,
+                self._command_timeout,
+            )
+        elif not task.cancelled() and (error := task.exception()) is not None:
+            log.bind(error_type=type(error).__name__).opt(exception=error).error(
+                "store '{}' change feed {} task had died: {}: {}",
+                self._name,
+                role,
+                type(error).__name__,
+                error,
+            )
+
+    async def _close_pool(self, pool: asyncpg.Pool) -> None:
+        try:
+            async with asyncio.timeout(self._command_timeout):
+                await pool.close()
+        except (TimeoutError, *_DRIVER_FAULTS) as exc:
+            logger.bind(store=self._name, error_type=type(exc).__name__).warning(
+                "store '{}': the pool did not close cleanly ({!r}); terminating it",
+                self._name,
+                exc,
+            )
+            pool.terminate()
 
     async def __aenter__(self) -> PostgresStore:
         await self.start()
@@ -367,20 +426,20 @@ class PostgresStore:
                     transient=True,
                     may_have_run=False,
                 ) from exc
-            if connection_usable:
-                slow = StoreError(
-                    f"{where} did not finish {operation} within {self._command_timeout:g}s "
-                    "(the query was cancelled; the connection stayed usable)",
-                    sqlstate="57014",
-                    store=self._name,
-                )
-                slow.add_note(f"asyncpg raised {exc!r} after command_timeout")
-                # Not chained: the store answered, slowly; a TimeoutError cause would make the
-                # one rule read it as "unreachable".
-                raise slow from None
+            # A time-box rxmesh itself set (command_timeout, a per-call timeout) fired: the
+            # store did not answer in time. That is the seeds' connect-timeout shape -- a DB frame
+            # around the TimeoutError, which the one rule calls unreachable -- whether the server
+            # was slow or THIS process stalled (the box is wall-clock and runs on while the loop
+            # is blocked). Only a server-sent 57014 (statement_timeout, a cancel from another
+            # session) is a refused query; it is a PostgresError and passed through above.
+            state = (
+                "the query was cancelled and the connection stayed usable"
+                if connection_usable
+                else "the connection was dropped"
+            )
             raise StoreError(
-                f"{where} stopped answering while {operation}: no reply within "
-                f"{self._command_timeout:g}s and the connection was dropped",
+                f"{where} did not answer in time while {operation}: no reply within "
+                f"{self._command_timeout:g}s (the time box rxmesh set, command_timeout; {state})",
                 sqlstate=None,
                 store=self._name,
                 transient=True,
@@ -960,8 +1019,18 @@ class PostgresStore:
         """Gaps declared and commits announced (one per NOTIFY)."""
         return self._answers.subject
 
+    def feed_statistics(self) -> ChangeFeedStatistics:
+        """The change feed's state and counters, as a frozen snapshot.
+
+        ``rxmesh.health.ChangeFeedCheck(store)`` turns it into a health entry.
+        """
+        return self._feed.snapshot()
+
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        self._notifications.put_nowait(cast(str, payload))
+        """asyncpg's listener callback: count and queue the payload; parsing happens later,
+        one payload at a time, so nothing a NOTIFY carries can fail here."""
+        self._feed.notifications += 1
+        self._notifications.put_nowait(payload)
 
     def _on_terminated(self, conn: object) -> None:
         if conn is self._listen_conn:
@@ -984,45 +1053,137 @@ class PostgresStore:
             self._raise_at_boundary(
                 exc, operation="listening to the change feed", stage="query", connection=conn
             )
+        except BaseException:
+            conn.terminate()  # cancelled (close()) between connect and LISTEN: never leak it
+            raise
         conn.add_termination_listener(self._on_terminated)
         self._lost.clear()
         self._listen_conn = conn
 
-    async def _watch_feed(self) -> None:
-        """Heartbeat the listener; on loss re-connect with backoff, re-LISTEN, declare a gap."""
-        while not self._closing:
-            reason = await self._heartbeat_until_lost()
-            lost_at = _now()
-            conn, self._listen_conn = self._listen_conn, None
-            if conn is not None and not conn.is_closed():
-                conn.terminate()
-            logger.bind(store=self._name, reason=reason).error(
-                "store '{}' change feed lost: {}; re-connecting", self._name, reason
-            )
-            attempt = 0
-            while True:
-                await asyncio.sleep(self._backoff[min(attempt, len(self._backoff) - 1)])
-                attempt += 1
-                try:
-                    await self._open_listener()
-                except (StoreError, *_DRIVER_FAULTS) as exc:
-                    logger.bind(store=self._name, attempt=attempt).error(
-                        "store '{}' unreachable while re-opening the change feed: {!r}",
-                        self._name,
-                        exc,
-                    )
-                    continue
-                break
-            gap = ChangeFeedGap(
-                source=self._name, lost_at=lost_at, resumed_at=_now(), reason=reason
-            )
-            logger.bind(store=self._name).warning(
-                "store '{}' change feed resumed after {:.3f}s; declaring a gap",
+    def _drop_listener(self) -> None:
+        """Forget the LISTEN connection and terminate it (never ``close()``: it may be stalled)."""
+        conn, self._listen_conn = self._listen_conn, None
+        if conn is not None and not _is_closed(conn):
+            conn.terminate()
+
+    # -- who keeps the feed alive: every feed task is watched; one that ends while the store is
+    # open means the feed is LOST (logged, shown by health), restarted, and a gap declared.
+
+    def _spawn(self, role: _Role, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work, name=f"{self._name} change feed {role}")
+        self._tasks[role] = task
+        task.add_done_callback(functools.partial(self._on_feed_task_done, role))
+
+    def _on_feed_task_done(self, role: _Role, task: asyncio.Task[None]) -> None:
+        """A feed task ended. While the store is open that is a loss: report it and recover."""
+        if self._closing or self._tasks.get(role) is not task:
+            return  # close() stopped it, and reports what it has not seen reported
+        error = None if task.cancelled() else task.exception()
+        if task.cancelled():
+            reason = f"its {role} task was cancelled from outside the store"
+        elif error is None:
+            reason = f"its {role} task ended unexpectedly"
+        else:
+            reason = f"its {role} task died: {type(error).__name__}: {error}"
+        self._feed.lost(_now(), reason)
+        log = logger.bind(store=self._name, task=role, reason=reason).opt(exception=error)
+        if task.cancelled():
+            # Someone else's decision (often a loop shutting down): do not fight it, say it.
+            del self._tasks[role]
+            self._feed.stopped = True
+            log.error(
+                "store '{}' change feed lost: {}; it stays down until the store is closed",
                 self._name,
-                (gap.resumed_at - gap.lost_at).total_seconds(),
+                reason,
             )
-            self._gaps.subject.on_next(gap)
-            self._answers.subject.on_next(gap)
+            return
+        delay_index = self._feed.consecutive_restarts
+        self._feed.consecutive_restarts += 1
+        self._feed.restarts += 1
+        log.error("store '{}' change feed lost: {}; restarting it", self._name, reason)
+        if role == "dispatch":
+            delay = self._backoff[min(delay_index, len(self._backoff) - 1)]
+            self._spawn("dispatch", self._dispatch(restart_after=delay))
+        else:
+            self._drop_listener()
+            self._spawn("listener", self._watch_feed(reconnect_from=delay_index))
+
+    def _feed_is_whole(self) -> bool:
+        conn = self._listen_conn
+        return (
+            conn is not None
+            and not _is_closed(conn)
+            and all(
+                (task := self._tasks.get(role)) is not None and not task.done()
+                for role in ("dispatch", "listener")
+            )
+        )
+
+    def _resume_if_recovered(self) -> None:
+        """Declare the gap of the current loss once the feed is whole again (listening AND
+        dispatching), never while the store is still away."""
+        loss = self._feed.loss
+        if loss is None or self._closing or not self._feed_is_whole():
+            return
+        lost_at, reason = loss
+        gap = ChangeFeedGap(source=self._name, lost_at=lost_at, resumed_at=_now(), reason=reason)
+        self._feed.resumed()
+        logger.bind(store=self._name, reason=reason).warning(
+            "store '{}' change feed resumed after {:.3f}s; declaring a gap",
+            self._name,
+            (gap.resumed_at - gap.lost_at).total_seconds(),
+        )
+        self._publish(self._gaps, gap, "gaps")
+        self._publish(self._answers, gap, "answers_again")
+
+    def _publish(self, hot: _Hot, value: object, stream: str) -> None:
+        """``on_next`` to each subscriber on its own: one subscriber that raises is reported
+        (ERROR, rate-limited) and the others, live queries included, still get the value."""
+        subject = hot.subject
+        if subject.is_disposed or subject.is_stopped:
+            return
+        with subject.lock:
+            observers = subject.observers.copy()
+        for observer in observers:
+            try:
+                observer.on_next(value)
+            except Exception as exc:  # noqa: BLE001 - reported; the other subscribers go on
+                self._feed.subscriber_error(stream, exc)
+
+    # -- the listener
+
+    async def _watch_feed(self, *, reconnect_from: int | None = None) -> None:
+        """Heartbeat the listener; on loss re-connect with backoff, re-LISTEN, declare a gap.
+
+        ``reconnect_from``: this task replaces one that died (the loss is recorded already), so
+        it re-connects first, starting at that step of the backoff.
+        """
+        while not self._closing:
+            if reconnect_from is None:
+                reason = await self._heartbeat_until_lost()
+                self._feed.lost(_now(), reason)
+                self._drop_listener()
+                logger.bind(store=self._name, reason=reason).error(
+                    "store '{}' change feed lost: {}; re-connecting", self._name, reason
+                )
+            await self._reconnect_listener(reconnect_from or 0)
+            reconnect_from = None
+            self._resume_if_recovered()
+
+    async def _reconnect_listener(self, attempt: int) -> None:
+        while True:
+            await asyncio.sleep(self._backoff[min(attempt, len(self._backoff) - 1)])
+            attempt += 1
+            try:
+                await self._open_listener()
+            except (StoreError, *_DRIVER_FAULTS) as exc:
+                logger.bind(store=self._name, attempt=attempt).error(
+                    "store '{}' unreachable while re-opening the change feed: {!r}",
+                    self._name,
+                    exc,
+                )
+                continue
+            return
 
     async def _heartbeat_until_lost(self) -> str:
         """Probe the listener connection until it is lost; return why."""
@@ -1047,40 +1208,75 @@ class PostgresStore:
                     conn.terminate()
                     return f"the heartbeat failed: {exc!r}"
 
-    async def _dispatch(self) -> None:
-        """Turn queued NOTIFYs into NodeChange and CommitAnnounced, fetching rows in batches."""
-        while True:
-            payloads = [await self._notifications.get()]
-            while not self._notifications.empty() and len(payloads) < 100:
-                payloads.append(self._notifications.get_nowait())
-            deliver = self._changes.observed  # live queries subscribe to it too
-            announce = self._answers.observed
-            if not (deliver or announce):
-                continue
-            batch = [
-                (schema, path, op, int(version))
-                for schema, op, rows in map(json.loads, payloads)
-                for path, version in rows
-            ]
-            rows = await self._fetch_changed(batch) if deliver else {}
-            changes, answers = self._changes.subject, self._answers.subject
-            for schema, path, op, version in batch:
-                if deliver:
-                    changes.on_next(
-                        NodeChange(
-                            source=self._name,
-                            op="delete" if op == "delete" else "upsert",
-                            path=path,
-                            version=version,
-                            node=rows.get((schema, path)),
-                        )
-                    )
-                if announce:
-                    answers.on_next(CommitAnnounced(source=self._name, path=path, version=version))
+    # -- the dispatcher
 
-    async def _fetch_changed(
-        self, batch: list[tuple[str, str, str, int]]
-    ) -> dict[tuple[str, str], MeshNode]:
+    async def _dispatch(self, *, restart_after: float | None = None) -> None:
+        """Turn queued NOTIFYs into NodeChange and CommitAnnounced, batch by batch.
+
+        It does not die of a batch: a payload that does not parse is counted, logged (WARNING,
+        rate-limited) and skipped; any other failure of a batch is logged at ERROR and declared
+        as a gap (its changes may not have been delivered), and the next batch goes on.
+        ``restart_after``: this task replaces one that died; wait that long, then declare the
+        gap of that loss.
+        """
+        if restart_after is not None:
+            await asyncio.sleep(restart_after)
+            self._resume_if_recovered()
+        while True:
+            payloads = await self._next_batch()
+            try:
+                await self._dispatch_batch(payloads)
+            except Exception as exc:  # noqa: BLE001 - reported at ERROR and declared as a gap
+                self._batch_failed(exc, len(payloads))
+            else:
+                self._feed.consecutive_restarts = 0
+            self._feed.report_held()
+
+    async def _next_batch(self) -> list[object]:
+        payloads = [await self._notifications.get()]
+        while not self._notifications.empty() and len(payloads) < _BATCH_SIZE:
+            payloads.append(self._notifications.get_nowait())
+        return payloads
+
+    async def _dispatch_batch(self, payloads: list[object]) -> None:
+        batch: list[_Entry] = []
+        for payload in payloads:  # each on its own: one bad payload cannot spoil the batch
+            try:
+                batch.extend(_parse_notification(payload, self._prefix))
+            except _MalformedNotificationError as bad:
+                self._feed.malformed(payload, str(bad))
+        deliver = self._changes.observed  # live queries subscribe to it too
+        announce = self._answers.observed
+        if not batch or not (deliver or announce):
+            return
+        rows = await self._fetch_changed(batch) if deliver else {}
+        for schema, path, op, version in batch:
+            if deliver:
+                change = NodeChange(
+                    source=self._name,
+                    op="delete" if op == "delete" else "upsert",
+                    path=path,
+                    version=version,
+                    node=rows.get((schema, path)),
+                )
+                self._publish(self._changes, change, "changes")
+            if announce:
+                announced = CommitAnnounced(source=self._name, path=path, version=version)
+                self._publish(self._answers, announced, "answers_again")
+
+    def _batch_failed(self, exc: Exception, size: int) -> None:
+        self._feed.failed_batches += 1
+        reason = (
+            f"a batch of {size} notification(s) could not be delivered: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        logger.bind(store=self._name, error_type=type(exc).__name__).opt(exception=exc).error(
+            "store '{}' change feed: {}; declaring a gap so dependents re-read", self._name, reason
+        )
+        self._feed.lost(_now(), reason)
+        self._resume_if_recovered()
+
+    async def _fetch_changed(self, batch: list[_Entry]) -> dict[tuple[str, str], MeshNode]:
         wanted: dict[str, list[str]] = {}
         for schema, path, op, _ in batch:
             if op != "delete":
@@ -1116,3 +1312,295 @@ class PostgresStore:
                 )
                 conn.terminate()
         return found
+
+
+# ------------------------------------------------------------------ change-feed bookkeeping
+
+_Role = Literal["dispatch", "listener"]
+_Entry = tuple[str, str, str, int]
+"""One changed row a NOTIFY announced: ``(schema, path, op, version)``."""
+
+_BATCH_SIZE = 100
+"""Payloads taken from the queue per batch (one row fetch per schema per batch)."""
+_NOTIFY_MAX_BYTES = 8000
+"""PostgreSQL's limit on a NOTIFY payload; a longer one cannot be ours."""
+_MAX_VERSION = 2**63 - 1
+_OPS = frozenset({"upsert", "delete"})
+
+
+class ChangeFeedState(StrEnum):
+    """Where a :class:`PostgresStore`'s change feed stands (``str()`` is the value)."""
+
+    NOT_STARTED = "not started"
+    LISTENING = "listening"
+    """Whole: LISTENing on a live connection, and the dispatcher running."""
+    LOST = "lost"
+    """Lost (connection gone or stalled, or a feed task died) and recovering by itself; a
+    gap is declared once it is whole again."""
+    STOPPED = "stopped"
+    """A feed task was cancelled from outside the store: it does not come back by itself."""
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeFeedStatistics:
+    """A snapshot of a :class:`PostgresStore`'s change feed (``store.feed_statistics()``).
+
+    Attributes:
+        store: the store's name.
+        channel: the NOTIFY channel (``<schema_prefix>changes``).
+        state: see :class:`ChangeFeedState`.
+        notifications: NOTIFYs received on the channel.
+        malformed_notifications: payloads that did not parse; each was skipped.
+        last_malformed_at: when the latest of those arrived (UTC).
+        last_malformed_reason: why it did not parse.
+        failed_batches: batches whose delivery failed unexpectedly (each declared a gap).
+        subscriber_errors: times a subscriber's ``on_next`` raised (the others still got it).
+        losses: times the feed was declared lost (for any reason).
+        restarts: feed tasks restarted after they ended unexpectedly.
+        gaps_declared: gaps declared, one per recovery.
+        lost_since: when the current loss began; ``None`` while the feed is whole.
+        lost_reason: why it was lost (the first reason of the current loss).
+    """
+
+    store: str
+    channel: str
+    state: ChangeFeedState
+    notifications: int
+    malformed_notifications: int
+    last_malformed_at: datetime | None
+    last_malformed_reason: str | None
+    failed_batches: int
+    subscriber_errors: int
+    losses: int
+    restarts: int
+    gaps_declared: int
+    lost_since: datetime | None
+    lost_reason: str | None
+
+
+class _Throttle:
+    """Lets one log line through per ``interval`` seconds; counts the lines it holds back."""
+
+    def __init__(self, interval: float, clock: Callable[[], float]) -> None:
+        self._interval = interval
+        self._clock = clock
+        self._last: float | None = None
+        self._held = 0
+
+    def _due(self) -> bool:
+        return self._last is None or self._clock() - self._last >= self._interval
+
+    def admit(self) -> int | None:
+        """``None`` if this line must be held back (it is counted); else how many were held
+        back before it (a line may be written now, and should say so)."""
+        if not self._due():
+            self._held += 1
+            return None
+        self._last = self._clock()
+        held, self._held = self._held, 0
+        return held
+
+    def take_held(self, *, force: bool = False) -> int:
+        """How many lines were held back, if a summary of them is due now (else 0)."""
+        if not self._held or not (force or self._due()):
+            return 0
+        self._last = self._clock()
+        held, self._held = self._held, 0
+        return held
+
+
+class _FeedBook:
+    """The change feed's state and counters (one event loop touches it: no lock)."""
+
+    def __init__(
+        self, store: str, channel: str, log_interval: float, clock: Callable[[], float]
+    ) -> None:
+        self.store = store
+        self.channel = channel
+        self.log_interval = log_interval
+        self.state = ChangeFeedState.NOT_STARTED
+        self.stopped = False
+        self.notifications = 0
+        self.malformed_count = 0
+        self.last_malformed_at: datetime | None = None
+        self.last_malformed_reason: str | None = None
+        self.failed_batches = 0
+        self.subscriber_errors = 0
+        self.losses = 0
+        self.restarts = 0
+        self.consecutive_restarts = 0
+        self.gaps = 0
+        self.loss: tuple[datetime, str] | None = None
+        self._malformed_log = _Throttle(log_interval, clock)
+        self._subscriber_log = _Throttle(log_interval, clock)
+
+    def lost(self, at: datetime, reason: str) -> None:
+        """Record a loss; during one already under way, the first time and reason stand."""
+        self.losses += 1
+        if self.loss is None:
+            self.loss = (at, reason)
+
+    def resumed(self) -> None:
+        self.loss = None
+        self.gaps += 1
+
+    def malformed(self, payload: object, reason: str) -> None:
+        self.malformed_count += 1
+        self.last_malformed_at = _now()
+        self.last_malformed_reason = reason
+        held = self._malformed_log.admit()
+        if held is None:
+            return
+        since = f"{held} more since the last report, " if held else ""
+        logger.bind(
+            store=self.store, channel=self.channel, malformed=self.malformed_count
+        ).warning(
+            "store '{}' skipped a malformed change-feed notification on '{}': {}; payload {} "
+            "({}{} skipped in all; reported at most every {:g}s)",
+            self.store,
+            self.channel,
+            reason,
+            _shown(payload),
+            since,
+            self.malformed_count,
+            self.log_interval,
+        )
+
+    def subscriber_error(self, stream: str, exc: Exception) -> None:
+        self.subscriber_errors += 1
+        held = self._subscriber_log.admit()
+        if held is None:
+            return
+        since = f"; {held} more since the last report" if held else ""
+        logger.bind(store=self.store, stream=stream, error_type=type(exc).__name__).opt(
+            exception=exc
+        ).error(
+            "store '{}': a subscriber of {} raised {}: {}; the other subscribers still got "
+            "it ({} in all{})",
+            self.store,
+            stream,
+            type(exc).__name__,
+            exc,
+            self.subscriber_errors,
+            since,
+        )
+
+    def report_held(self, *, force: bool = False) -> None:
+        """Write the summary lines that are due (``force``: whatever was held back)."""
+        if held := self._malformed_log.take_held(force=force):
+            logger.bind(
+                store=self.store, channel=self.channel, malformed=self.malformed_count
+            ).warning(
+                "store '{}' skipped {} more malformed change-feed notification(s) on '{}' "
+                "since the last report ({} in all; the latest: {})",
+                self.store,
+                held,
+                self.channel,
+                self.malformed_count,
+                self.last_malformed_reason,
+            )
+        if held := self._subscriber_log.take_held(force=force):
+            logger.bind(store=self.store).error(
+                "store '{}': subscribers raised {} more time(s) since the last report ({} in all)",
+                self.store,
+                held,
+                self.subscriber_errors,
+            )
+
+    def snapshot(self) -> ChangeFeedStatistics:
+        state = self.state
+        if state is ChangeFeedState.LISTENING and self.stopped:
+            state = ChangeFeedState.STOPPED
+        elif state is ChangeFeedState.LISTENING and self.loss is not None:
+            state = ChangeFeedState.LOST
+        lost_since, lost_reason = self.loss if self.loss is not None else (None, None)
+        return ChangeFeedStatistics(
+            store=self.store,
+            channel=self.channel,
+            state=state,
+            notifications=self.notifications,
+            malformed_notifications=self.malformed_count,
+            last_malformed_at=self.last_malformed_at,
+            last_malformed_reason=self.last_malformed_reason,
+            failed_batches=self.failed_batches,
+            subscriber_errors=self.subscriber_errors,
+            losses=self.losses,
+            restarts=self.restarts,
+            gaps_declared=self.gaps,
+            lost_since=lost_since,
+            lost_reason=lost_reason,
+        )
+
+
+class _MalformedNotificationError(ValueError):
+    """A change-feed payload that does not parse; the message says why."""
+
+
+def _shown(value: object, limit: int = 100) -> str:
+    """``value`` for a log line: ASCII only (any sink can write it), at most ``limit`` chars."""
+    text = ascii(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parse_notification(payload: object, prefix: str) -> list[_Entry]:
+    """The rows one payload announces: ``[schema, op, [[path, version], ...]]``, all checked.
+
+    Anyone who may connect can NOTIFY on the channel, so nothing is assumed: the schema must be
+    one of this store's (``prefix`` + a valid partition), ``op`` ``"upsert"`` or ``"delete"``,
+    every path valid and in that partition, every version a non-negative bigint (not a bool).
+
+    Raises:
+        _MalformedNotificationError: it does not parse; the message says why.
+    """
+    if not isinstance(payload, str):
+        raise _MalformedNotificationError(f"the payload is {type(payload).__name__}, not text")
+    if len(payload) > _NOTIFY_MAX_BYTES:
+        raise _MalformedNotificationError(
+            f"the payload is {len(payload)} characters long; ours are under {_NOTIFY_MAX_BYTES}"
+        )
+    try:
+        decoded = json.loads(payload)
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+        raise _MalformedNotificationError(
+            f"not JSON ({type(exc).__name__}: {_shown(str(exc), 80)})"
+        ) from None
+    if not isinstance(decoded, list) or len(decoded) != 3:
+        raise _MalformedNotificationError(f"not a [schema, op, rows] array: {_shown(decoded)}")
+    schema, op, rows = decoded
+    if not isinstance(schema, str) or not schema.startswith(prefix):
+        raise _MalformedNotificationError(
+            f"schema {_shown(schema)} is not one of this store's (prefix {prefix!r})"
+        )
+    partition = schema[len(prefix) :]
+    try:
+        validate_path(partition, allow_reserved=False)
+    except ValueError:
+        raise _MalformedNotificationError(
+            f"schema {_shown(schema)} does not name a valid partition"
+        ) from None
+    if "/" in partition:
+        raise _MalformedNotificationError(f"schema {_shown(schema)} does not name a partition")
+    if not isinstance(op, str) or op not in _OPS:
+        raise _MalformedNotificationError(f"op {_shown(op)} is neither 'upsert' nor 'delete'")
+    if not isinstance(rows, list) or not rows:
+        raise _MalformedNotificationError(f"rows {_shown(rows)} is not a non-empty array")
+    entries: list[_Entry] = []
+    for row in rows:
+        if not isinstance(row, list) or len(row) != 2:
+            raise _MalformedNotificationError(f"row {_shown(row)} is not a [path, version] pair")
+        path, version = row
+        try:
+            validate_path(path)
+        except ValueError:
+            raise _MalformedNotificationError(f"path {_shown(path)} is not a valid path") from None
+        if partition_of(path) != partition:
+            raise _MalformedNotificationError(
+                f"path {_shown(path)} is not in partition {partition!r} of its schema"
+            )
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise _MalformedNotificationError(f"version {_shown(version)} is not an integer")
+        if not 0 <= version <= _MAX_VERSION:
+            raise _MalformedNotificationError(f"version {version} is out of range")
+        entries.append((schema, path, op, version))
+    return entries
