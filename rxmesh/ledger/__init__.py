@@ -11,7 +11,7 @@ one :class:`~rxmesh.operations.Verdict`, published as a :class:`PendingWriteOutc
 from __future__ import annotations
 
 from rxmesh.ledger._journal import JournalError
-from rxmesh.ledger._ledger import JOURNAL_DIR_ENV, PendingWriteLedger
+from rxmesh.ledger._ledger import JOURNAL_DIR_ENV, PendingWriteHeldError, PendingWriteLedger
 from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
 from rxmesh.ledger._recovery import (
     DEFAULT_MAX_CONCURRENT_REISSUES,
@@ -28,6 +28,7 @@ __all__ = [
     "JournalError",
     "LedgerStatistics",
     "PendingWrite",
+    "PendingWriteHeldError",
     "PendingWriteLedger",
     "PendingWriteOutcome",
     "PendingWriteRecovery",

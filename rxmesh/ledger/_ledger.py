@@ -10,11 +10,12 @@ from loguru import logger
 from reactivex import Observable, abc
 from reactivex.subject import Subject
 
+from rxmesh.exceptions import RxMeshError
 from rxmesh.ledger._journal import Journal, JournalError
 from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
 from rxmesh.operations import Verdict
 
-__all__ = ["JOURNAL_DIR_ENV", "PendingWriteLedger"]
+__all__ = ["JOURNAL_DIR_ENV", "PendingWriteHeldError", "PendingWriteLedger"]
 
 JOURNAL_DIR_ENV = "RXMESH_PENDING_WRITES_DIR"
 """Environment variable naming the journal directory when the constructor is given none."""
@@ -22,10 +23,33 @@ JOURNAL_DIR_ENV = "RXMESH_PENDING_WRITES_DIR"
 _Key = tuple[str, str]  # (path, request_id)
 
 
+class PendingWriteHeldError(RxMeshError):
+    """:meth:`PendingWriteLedger.record` refused an intent: another requester's intent for the
+    same path is outstanding (pending, or taken for re-issue and not settled).
+
+    One requester's intent is never displaced by another's: the first one stands and is
+    re-issued; the refused one is not recorded, and its answer must say it will not be re-issued.
+
+    Args:
+        message: what happened, naming the path.
+        path: the contested node path.
+        holder_request_id: the ``request_id`` of the intent that stands.
+    """
+
+    def __init__(self, message: str, *, path: str, holder_request_id: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.holder_request_id = holder_request_id
+
+
 class PendingWriteLedger:
     """Holds the creates the store could not be reached for, until each is re-issued once.
 
-    One intent per path: a second record for the same path replaces the first. With a journal
+    One intent per path. A second record for the same path by the SAME requester replaces the
+    first, and the replaced intent is settled at once (DROPPED, ``superseded_by`` naming the
+    request that replaced it); another requester's record is refused with
+    :class:`PendingWriteHeldError` while the first is outstanding. So every recorded intent gets
+    exactly one verdict on :attr:`outcomes`. With a journal
     directory (argument, else env ``RXMESH_PENDING_WRITES_DIR``) every intent is also a file,
     written durably before :meth:`record` returns and deleted when the intent is settled; the
     constructor loads the intents a previous process left. Without one, intents live for the
@@ -49,7 +73,9 @@ class PendingWriteLedger:
         self._lock = threading.RLock()
         self._pending: dict[str, PendingWrite] = {}
         self._in_flight: dict[_Key, PendingWrite] = {}
-        self._newest: dict[str, str] = {}  # path -> request_id of the newest intent (its file)
+        # path -> the newest outstanding intent (pending or in flight): it owns the path's file
+        # and is the path's holder (another requester cannot record over it).
+        self._newest: dict[str, PendingWrite] = {}
         self._subject: Subject[PendingWriteOutcome] = Subject()
         self._counts: dict[str, int] = {
             "loaded": 0,
@@ -57,6 +83,8 @@ class PendingWriteLedger:
             "replaced": 0,
             "taken": 0,
             "quarantined": 0,
+            "superseded": 0,
+            "held": 0,
             Verdict.LANDED: 0,
             Verdict.ALREADY_PRESENT: 0,
             Verdict.DROPPED: 0,
@@ -72,7 +100,7 @@ class PendingWriteLedger:
                 ) from exc
             for intent in intents:
                 self._pending[intent.path] = intent
-                self._newest[intent.path] = intent.request_id
+                self._newest[intent.path] = intent
             self._counts["loaded"] = len(intents)
             self._counts["quarantined"] = quarantined
             logger.bind(journal_dir=str(self._journal.directory)).info(
@@ -107,16 +135,25 @@ class PendingWriteLedger:
     def record(self, intent: PendingWrite) -> bool:
         """Record ``intent``, durably when there is a journal, before returning.
 
-        A second record for the same path replaces the first (file and memory). Recording the
-        very intent that is being re-issued (same path and request id, taken and not settled)
-        does nothing: a re-issue is never recorded again.
+        The rules, per path (SPEC §5.1):
+
+        - the very intent being re-issued (same path and request id, taken and not settled), or
+          one already pending unchanged: nothing happens (a re-issue is never recorded again);
+        - another requester's intent for the path is outstanding (pending or being re-issued):
+          refused with :class:`PendingWriteHeldError`; the first one stands;
+        - an earlier pending intent of the same requester with another request id: replaced
+          (file and memory), and settled at once as DROPPED with ``superseded_by`` naming
+          ``intent.request_id`` (published on :attr:`outcomes`).
 
         Returns:
             whether the intent was recorded (``False``: it is already pending or being re-issued).
 
         Raises:
-            JournalError: the journal file could not be written; the intent is NOT recorded.
+            PendingWriteHeldError: another requester's intent for the path is outstanding.
+            JournalError: the journal file could not be written; the intent is NOT recorded (and
+                nothing it would have replaced was settled).
         """
+        superseded: PendingWriteOutcome | None = None
         with self._lock:
             if (intent.path, intent.request_id) in self._in_flight:
                 logger.bind(path=intent.path, request_id=intent.request_id).debug(
@@ -126,14 +163,36 @@ class PendingWriteLedger:
             previous = self._pending.get(intent.path)
             if previous == intent:
                 return False
+            holder = self._newest.get(intent.path)
+            if holder is not None and holder.requester != intent.requester:
+                self._counts["held"] += 1
+                raise PendingWriteHeldError(
+                    f"a pending write for {intent.path!r} by another requester (request "
+                    f"{holder.request_id}) is outstanding; the intent of request "
+                    f"{intent.request_id} is not recorded",
+                    path=intent.path,
+                    holder_request_id=holder.request_id,
+                )
             if self._journal is not None:
                 self._journal.write(intent)
-            replaced = intent.path in self._newest
+            replaced = holder is not None
             self._pending[intent.path] = intent
-            self._newest[intent.path] = intent.request_id
+            self._newest[intent.path] = intent
             self._counts["recorded"] += 1
             if replaced:
                 self._counts["replaced"] += 1
+            if previous is not None and previous.request_id != intent.request_id:
+                superseded = PendingWriteOutcome(
+                    intent=previous,
+                    verdict=Verdict.DROPPED,
+                    detail=(
+                        f"superseded by request {intent.request_id} of the same requester for "
+                        "the same path, before it was re-issued; that request carries the write"
+                    ),
+                    superseded_by=intent.request_id,
+                )
+                self._counts["superseded"] += 1
+                self._counts[Verdict.DROPPED] += 1
         logger.bind(
             path=intent.path,
             requester=intent.requester,
@@ -146,6 +205,8 @@ class PendingWriteLedger:
             "durable" if self._journal is not None else "in memory",
             "; it replaces the earlier intent for that path" if replaced else "",
         )
+        if superseded is not None:
+            self._publish(superseded)
         return True
 
     def take_all(self) -> list[PendingWrite]:
@@ -166,16 +227,32 @@ class PendingWriteLedger:
         """Put a taken, unsettled intent back (its re-issue was abandoned, e.g. on dispose).
 
         Returns:
-            ``True`` if it is pending again; ``False`` if a newer intent for its path was
-            recorded meanwhile (that one stands) or it was not outstanding.
+            ``True`` if it is pending again; ``False`` if it was not outstanding, or if a newer
+            intent of the same requester was recorded for its path meanwhile: that one stands and
+            this one is settled DROPPED, ``superseded_by`` naming it.
         """
+        superseded: PendingWriteOutcome | None = None
         with self._lock:
             if self._in_flight.pop((intent.path, intent.request_id), None) is None:
                 return False
-            if self._newest.get(intent.path) != intent.request_id:
-                return False
-            self._pending[intent.path] = intent
-            return True
+            newest = self._newest.get(intent.path)
+            if newest is None or newest.request_id == intent.request_id:
+                self._pending[intent.path] = intent
+                self._newest[intent.path] = intent
+                return True
+            superseded = PendingWriteOutcome(
+                intent=intent,
+                verdict=Verdict.DROPPED,
+                detail=(
+                    f"superseded by request {newest.request_id} for the same path while its "
+                    "re-issue was abandoned; that request carries the write"
+                ),
+                superseded_by=newest.request_id,
+            )
+            self._counts["superseded"] += 1
+            self._counts[Verdict.DROPPED] += 1
+        self._publish(superseded)
+        return False
 
     def settle(self, intent: PendingWrite, outcome: PendingWriteOutcome) -> None:
         """Settle ``intent`` with ``outcome``: delete its file, publish and log the verdict.
@@ -202,7 +279,8 @@ class PendingWriteLedger:
                         "outstanding; it was settled already or never recorded"
                     )
                 del self._pending[intent.path]
-            owns_file = self._newest.get(intent.path) == intent.request_id
+            newest = self._newest.get(intent.path)
+            owns_file = newest is not None and newest.request_id == intent.request_id
             if owns_file:
                 del self._newest[intent.path]
                 if self._journal is not None:
@@ -231,8 +309,18 @@ class PendingWriteLedger:
             request_id=intent.request_id,
             verdict=outcome.verdict.value,
             reason=None if outcome.reason is None else outcome.reason.value,
+            superseded_by=outcome.superseded_by,
         )
-        if outcome.verdict is Verdict.DROPPED:
+        if outcome.superseded_by is not None:
+            bound.info(
+                "pending write for {} by {} (request {}) settled DROPPED: superseded by request "
+                "{} of the same requester, which carries the write",
+                intent.path,
+                intent.requester,
+                intent.request_id,
+                outcome.superseded_by,
+            )
+        elif outcome.verdict is Verdict.DROPPED:
             bound.warning(
                 "pending write for {} by {} DROPPED: the re-issue was refused ({}): {}",
                 intent.path,
@@ -275,6 +363,8 @@ class PendingWriteLedger:
                 already_present=counts[Verdict.ALREADY_PRESENT],
                 dropped=counts[Verdict.DROPPED],
                 quarantined=counts["quarantined"],
+                superseded=counts["superseded"],
+                held=counts["held"],
             )
 
     def __repr__(self) -> str:

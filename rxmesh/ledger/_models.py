@@ -53,8 +53,12 @@ class PendingWriteOutcome(BaseModel):
     Args:
         intent: the intent that was re-issued.
         verdict: LANDED, ALREADY_PRESENT or DROPPED.
-        reason: the rejection reason of the re-issue's answer (``None`` when it landed).
+        reason: the rejection reason of the re-issue's answer (``None`` when it landed, and
+            when the intent was superseded).
         detail: the answer's text, for logs and operators.
+        superseded_by: the ``request_id`` of the later request of the SAME requester for the
+            same path that replaced this intent before it was re-issued (the verdict is then
+            DROPPED: that later request carries the write); ``None`` otherwise.
         settled_at: when the verdict was reached (UTC).
     """
 
@@ -64,6 +68,7 @@ class PendingWriteOutcome(BaseModel):
     verdict: Verdict
     reason: RejectionReason | None = None
     detail: str = ""
+    superseded_by: str | None = None
     settled_at: datetime = Field(default_factory=_now)
 
 
@@ -78,6 +83,9 @@ class LedgerStatistics:
         loaded: intents loaded from the journal when the ledger started.
         recorded: intents recorded by this ledger (including replacements).
         replaced: records that replaced an earlier intent for the same path.
+        superseded: intents settled DROPPED because a later request of the same requester for
+            the same path replaced them (counted in ``dropped`` too).
+        held: records refused because another requester's intent for the path was outstanding.
         taken: intents handed out by ``take_all``.
         landed: settled LANDED.
         already_present: settled ALREADY_PRESENT.
@@ -96,6 +104,8 @@ class LedgerStatistics:
     already_present: int
     dropped: int
     quarantined: int
+    superseded: int = 0
+    held: int = 0
 
     @property
     def settled(self) -> int:
