@@ -1,0 +1,90 @@
+"""The recording step of a terminal arm can never prevent the answer (issue 13, scenario 2).
+
+Whatever ``ledger.record`` raises — a journal that cannot encode a value, a full disk, a defect —
+the create is still answered exactly once (UNAVAILABLE, saying the write will not be re-issued)
+and the failure is logged at ERROR.
+"""
+
+from __future__ import annotations
+
+import pytest
+from reactivex import operators as ops
+
+from rxmesh import CreateNodeRequest, CreateNodesRequest, MeshNode, RejectionReason
+from rxmesh.aio import first_value
+from rxmesh.ledger import JournalError, PendingWrite, PendingWriteLedger
+from tests.conftest import LogRecords
+
+from .conftest import ALICE, make_mesh
+
+
+class BrokenLedger(PendingWriteLedger):
+    """A ledger whose recording fails with whatever the test says."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__("")
+        self.error = error
+
+    def record(self, intent: PendingWrite) -> bool:
+        raise self.error
+
+
+def doc(path: str) -> MeshNode:
+    return MeshNode(path=path, node_type="Doc", content={"x": 1})
+
+
+FAILURES = [
+    UnicodeEncodeError("utf-8", "x\ud800", 1, 2, "surrogates not allowed"),
+    JournalError("disk full", path="/journal"),
+    OSError(28, "No space left on device"),
+    RuntimeError("a defect in the ledger"),
+]
+
+
+@pytest.mark.parametrize("error", FAILURES, ids=lambda e: type(e).__name__)
+async def test_a_failing_record_step_still_answers_once_and_says_so(
+    error: Exception, log_records: LogRecords
+) -> None:
+    """FAILS against the old arm: for UnicodeEncodeError and RuntimeError (only OSError and
+    JournalError were caught) the exception escaped the terminal arm and create_node never
+    answered; for the other two the answer did not name what failed."""
+    mesh, store = make_mesh(ledger=BrokenLedger(error))
+    await mesh.create(doc("p/seed"), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    answers = await first_value(
+        mesh.create_node(CreateNodeRequest(node=doc("p/x"), access=ALICE)).pipe(ops.to_list()),
+        timeout=5,
+    )
+    assert len(answers) == 1
+    [answer] = answers
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE
+    assert "will not be re-issued" in (answer.error or "")
+    assert type(error).__name__ in (answer.error or "")
+    failed = [r for r in log_records.at("ERROR") if r["extra"].get("event") == "journal_failed"]
+    assert len(failed) == 1
+    assert failed[0]["extra"]["path"] == "p/x"
+
+
+async def test_a_failing_record_step_in_a_bulk_still_answers_once(log_records: LogRecords) -> None:
+    mesh, store = make_mesh(ledger=BrokenLedger(RuntimeError("a defect in the ledger")))
+    await mesh.create(doc("p/seed"), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    answer = await first_value(
+        mesh.create_nodes(CreateNodesRequest(nodes=(doc("p/a"), doc("p/b")), access=ALICE)),
+        timeout=5,
+    )
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE
+    assert "will not be re-issued" in (answer.error or "")
+    assert len(log_records.at("ERROR")) >= 2
+
+
+async def test_negative_control_a_working_ledger_records_and_promises_a_reissue() -> None:
+    mesh, store = make_mesh()
+    await mesh.create(doc("p/seed"), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    answer = await first_value(
+        mesh.create_node(CreateNodeRequest(node=doc("p/x"), access=ALICE)), timeout=5
+    )
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE
+    assert "will not be re-issued" not in (answer.error or "")
+    assert [p.path for p in mesh.ledger.pending()] == ["p/x"]
