@@ -5,7 +5,10 @@ owned by this process's user. A file is written durably before its intent counts
 temp file in the same directory, ``fsync``, ``os.replace`` onto the final name, ``fsync`` the
 directory. Its body carries a sha256 of the canonical JSON of the intent, so a torn or edited file
 is recognised; such a file (or any unreadable/invalid one) is moved aside as ``*.corrupt`` and
-reported at ERROR, and the others still load.
+reported at ERROR, and the others still load. So is anything under a journal file's name that is not
+a regular file owned by this uid: it is ``lstat``-ed before it is opened and never opened unless
+regular (a FIFO or a device would block or act on open), then opened ``O_NONBLOCK|O_NOFOLLOW`` and
+``fstat``-ed again.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ JOURNAL_FORMAT = "rxmesh.pending-write/1"
 _FILE = re.compile(r"[0-9a-f]{64}\.json")
 _TEMP = re.compile(r"\.[0-9a-f]{64}\.json\.\d+\.\d+\.tmp")
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
@@ -101,6 +104,21 @@ def _decode(name: str, data: bytes) -> PendingWrite:
     if journal_file_name(intent.path) != name:
         raise _CorruptFile(f"the name does not match the intent's path {intent.path!r}")
     return intent
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words (for the quarantine's log line)."""
+    for test, kind in (
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return kind
+    return "special file"
 
 
 def _ensure_private_directory(directory: Path) -> None:
@@ -253,7 +271,7 @@ class Journal:
                     name,
                 )
                 try:
-                    os.unlink(self._directory / name)
+                    os.unlink(self._directory / name)  # never opened: whatever it is, no blocking
                 except OSError as exc:
                     bound.opt(exception=exc).error("could not remove {}: {}", name, exc)
             elif name.endswith(".corrupt"):
@@ -270,17 +288,30 @@ class Journal:
         intents.sort(key=lambda intent: intent.recorded_at)
         return intents, quarantined
 
+    @staticmethod
+    def _check_trusted(info: os.stat_result) -> None:
+        if not stat.S_ISREG(info.st_mode):
+            raise _CorruptFile(f"not a regular file but a {_kind(info.st_mode)}; it is not read")
+        if info.st_uid != os.geteuid():
+            raise _CorruptFile(f"owned by uid {info.st_uid}, not by this process")
+
     def _read(self, name: str) -> PendingWrite:
+        source = self._directory / name
         try:
-            fd = os.open(self._directory / name, _READ_FLAGS)
+            before = os.lstat(source)
+        except OSError as exc:
+            raise _CorruptFile(f"unreadable: {exc}") from exc
+        self._check_trusted(before)  # a FIFO or device is never opened: it could block or act
+        try:
+            # O_NONBLOCK in case it became one anyway; a regular file ignores the flag.
+            fd = os.open(source, _READ_FLAGS)
         except OSError as exc:
             raise _CorruptFile(f"unreadable: {exc}") from exc
         try:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise _CorruptFile("not a regular file")
-            if info.st_uid != os.geteuid():
-                raise _CorruptFile(f"owned by uid {info.st_uid}, not by this process")
+            self._check_trusted(info)
+            if (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino):
+                raise _CorruptFile("replaced while it was being opened")
             if info.st_size > _MAX_FILE_BYTES:
                 raise _CorruptFile(f"{info.st_size} bytes; larger than any intent")
             chunks: list[bytes] = []
