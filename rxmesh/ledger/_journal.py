@@ -5,10 +5,20 @@ owned by this process's user. A file is written durably before its intent counts
 temp file in the same directory, ``fsync``, ``os.replace`` onto the final name, ``fsync`` the
 directory. Its body carries a sha256 of the canonical JSON of the intent, so a torn or edited file
 is recognised; such a file (or any unreadable/invalid one) is moved aside as ``*.corrupt`` and
-reported at ERROR, and the others still load. So is anything under a journal file's name that is not
-a regular file owned by this uid: it is ``lstat``-ed before it is opened and never opened unless
-regular (a FIFO or a device would block or act on open), then opened ``O_NONBLOCK|O_NOFOLLOW`` and
-``fstat``-ed again.
+reported at ERROR, and the others still load.
+
+What the journal refuses to trust:
+
+- **A directory someone else could redirect.** Like OpenSSH's ``StrictModes``, every directory
+  the lookup passes through up to ``/`` (the resolved directory's ancestors and those holding a
+  symlink of the path as given) must be owned by root or by this uid and must not be group- or
+  world-writable, unless it has the sticky bit (``/tmp``): there others cannot rename or delete
+  the entries we own. A symlink on the way must be root's or ours too. The directory itself must
+  be ours and not writable by others.
+- **Anything that is not a regular file owned by this uid** under a journal file's name: it is
+  ``lstat``-ed before it is opened and never opened unless regular (a FIFO or a device would block
+  or act on open), opened ``O_NONBLOCK|O_NOFOLLOW`` and ``fstat``-ed again, and otherwise moved
+  aside like a corrupt file.
 """
 
 from __future__ import annotations
@@ -37,6 +47,8 @@ _FILE = re.compile(r"[0-9a-f]{64}\.json")
 _TEMP = re.compile(r"\.[0-9a-f]{64}\.json\.\d+\.\d+\.tmp")
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+_WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+_MAX_SYMLINKS = 40  # as the kernel's lookup (ELOOP beyond)
 _MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
@@ -121,16 +133,37 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
-def _ensure_private_directory(directory: Path) -> None:
-    """Create ``directory`` 0700 if missing; refuse an existing one others could write to."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass
-    else:
-        os.chmod(directory, 0o700)  # the umask may have narrowed it; never widen beyond 0700
-    info = os.stat(directory)
+def _check_ancestor(ancestor: Path, info: os.stat_result, given: str) -> None:
+    """Refuse ``ancestor``, a directory the lookup of the journal ``given`` passes through.
+
+    The rule of OpenSSH's ``StrictModes`` (``safe_path`` in its ``misc.c``): owned by root or by
+    this uid, and not group- or world-writable, except that a sticky directory (``/tmp``) is
+    accepted: there nobody but an entry's owner (or the directory's, checked here too) can rename
+    or delete it, and the next component down is checked in its turn.
+    """
+    euid = os.geteuid()
+    why: str | None = None
+    if info.st_uid not in (0, euid):
+        why = (
+            f"it is owned by uid {info.st_uid}, neither root nor this process (uid {euid}), "
+            "and its owner can replace anything below it"
+        )
+    elif info.st_mode & _WRITABLE_BY_OTHERS and not info.st_mode & stat.S_ISVTX:
+        why = (
+            f"its mode {stat.S_IMODE(info.st_mode):04o} is group- or world-writable without the "
+            "sticky bit, so others can rename what is below it away and put their own in its place"
+        )
+    if why is not None:
+        raise JournalError(
+            f"refusing pending-write journal directory {given!r}: its ancestor {str(ancestor)!r} "
+            f"is unsafe: {why}; whoever controls it could redirect the intents and re-issue "
+            "creates under someone else's AccessContext",
+            path=str(ancestor),
+        )
+
+
+def _check_directory(directory: Path, info: os.stat_result) -> None:
+    """Refuse the journal directory itself unless it is ours and nobody else can write to it."""
     if not stat.S_ISDIR(info.st_mode):
         raise JournalError(
             f"pending-write journal {str(directory)!r} is not a directory", path=str(directory)
@@ -142,7 +175,7 @@ def _ensure_private_directory(directory: Path) -> None:
             "could re-issue creates under someone else's AccessContext",
             path=str(directory),
         )
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if info.st_mode & _WRITABLE_BY_OTHERS:
         raise JournalError(
             f"refusing pending-write journal directory {str(directory)!r}: mode "
             f"{stat.S_IMODE(info.st_mode):04o} is group- or world-writable; whoever can write "
@@ -158,22 +191,115 @@ def _ensure_private_directory(directory: Path) -> None:
         )
 
 
+def _resolve_checked(given: str) -> tuple[Path, os.stat_result, bool]:
+    """Resolve ``given`` as the kernel would, checking every directory the lookup passes through.
+
+    That is each ancestor of the resolved directory AND each directory holding a symlink of the
+    path as given (or of a symlink's target): whoever can write to any of them chooses where the
+    journal is. Each such symlink must be owned by root or this uid too (in a sticky directory
+    like ``/tmp`` its owner could replace it; Linux's ``protected_symlinks`` rule). Walks from
+    ``/`` down, so nothing is created inside a directory that failed its check; a missing
+    component is created 0755 (the journal directory itself 0700), narrowed by the umask.
+
+    Returns:
+        the resolved directory, its ``lstat``, and whether this call created it.
+    """
+    absolute = given if os.path.isabs(given) else os.path.join(os.getcwd(), given)
+    pending = list(reversed(absolute.split("/")))
+    resolved = Path("/")
+    checked: set[Path] = set()
+    info = os.lstat(resolved)
+    created = False
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            resolved = resolved.parent
+            info = os.lstat(resolved)
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            raise JournalError(
+                f"pending-write journal {given!r} is not a directory: {str(resolved)!r} on its "
+                "path is not one",
+                path=str(resolved),
+            )
+        if resolved not in checked:
+            _check_ancestor(resolved, info, given)
+            checked.add(resolved)
+        component = resolved / part
+        try:
+            info = os.lstat(component)
+        except FileNotFoundError:
+            last = not any(rest not in ("", ".") for rest in pending)
+            try:
+                os.mkdir(component, 0o700 if last else 0o755)
+            except FileExistsError:
+                pass  # made meanwhile: it is looked at below like any other
+            else:
+                created = last
+            info = os.lstat(component)
+        if stat.S_ISLNK(info.st_mode):
+            if info.st_uid not in (0, os.geteuid()):  # in a sticky directory its owner may swap it
+                raise JournalError(
+                    f"refusing pending-write journal directory {given!r}: the symlink "
+                    f"{str(component)!r} on the way to it is owned by uid {info.st_uid}, "
+                    f"neither root nor this process (uid {os.geteuid()}); its owner chooses "
+                    "where it points",
+                    path=str(component),
+                )
+            links += 1
+            if links > _MAX_SYMLINKS:
+                raise JournalError(
+                    f"pending-write journal {given!r}: too many levels of symbolic links",
+                    path=given,
+                )
+            target = os.readlink(component)
+            pending.extend(reversed(target.split("/")))
+            if target.startswith("/"):
+                resolved = Path("/")
+            info = os.lstat(resolved)
+            continue
+        resolved = component
+    return resolved, info, created
+
+
+def _prepare_private_directory(given: str) -> Path:
+    """Check the journal ``given`` and the way to it, creating what is missing.
+
+    Returns:
+        the resolved directory.
+    """
+    directory, info, created = _resolve_checked(given)
+    if created:
+        os.chmod(directory, 0o700)  # the umask may have narrowed it; never widen beyond 0700
+        info = os.lstat(directory)
+    _check_directory(directory, info)
+    return directory
+
+
 class Journal:
     """The file mechanics of the ledger's journal directory (not thread-safe: the ledger locks).
 
     Args:
         directory: the journal directory; created 0700 if missing, refused with
-            :class:`JournalError` if it exists and is group/world-writable or owned by another uid.
+            :class:`JournalError` if it exists and is group/world-writable or owned by another
+            uid, or if any directory on the way to it (ancestors of the resolved directory, and
+            those holding a symlink of the path) is owned by someone other than root or this uid,
+            or is group/world-writable without the sticky bit.
+
+    Raises:
+        JournalError: the directory or the way to it is unsafe, or it cannot be prepared.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self._directory = Path(os.path.realpath(os.fspath(directory)))
+        given = os.fspath(directory)
         try:
-            _ensure_private_directory(self._directory)
+            self._directory = _prepare_private_directory(given)
         except OSError as exc:
             raise JournalError(
-                f"cannot prepare pending-write journal directory {str(self._directory)!r}: {exc}",
-                path=str(self._directory),
+                f"cannot prepare pending-write journal directory {given!r}: {exc}", path=given
             ) from exc
         self._counter = itertools.count()
 
