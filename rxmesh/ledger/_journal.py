@@ -15,6 +15,10 @@ What the journal refuses to trust:
   world-writable, unless it has the sticky bit (``/tmp``): there others cannot rename or delete
   the entries we own. A symlink on the way must be root's or ours too. The directory itself must
   be ours and not writable by others.
+- **A path that can change under it.** The directory is opened once (``O_DIRECTORY|O_NOFOLLOW``)
+  after those checks and every later operation is relative to that descriptor, so a directory
+  swapped in at the same path never receives an intent. :meth:`Journal.close` releases it (a
+  finalizer does, if nobody calls it).
 - **Anything that is not a regular file owned by this uid** under a journal file's name: it is
   ``lstat``-ed before it is opened and never opened unless regular (a FIFO or a device would block
   or act on open), opened ``O_NONBLOCK|O_NOFOLLOW`` and ``fstat``-ed again, and otherwise moved
@@ -30,6 +34,7 @@ import json
 import os
 import re
 import stat
+import weakref
 from pathlib import Path
 
 from loguru import logger
@@ -47,6 +52,7 @@ _FILE = re.compile(r"[0-9a-f]{64}\.json")
 _TEMP = re.compile(r"\.[0-9a-f]{64}\.json\.\d+\.\d+\.tmp")
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 _MAX_SYMLINKS = 40  # as the kernel's lookup (ELOOP beyond)
 _MAX_FILE_BYTES = 16 * 1024 * 1024
@@ -265,22 +271,43 @@ def _resolve_checked(given: str) -> tuple[Path, os.stat_result, bool]:
     return resolved, info, created
 
 
-def _prepare_private_directory(given: str) -> Path:
-    """Check the journal ``given`` and the way to it, creating what is missing.
+def _open_private_directory(given: str) -> tuple[Path, int]:
+    """Check the journal ``given`` and the way to it, creating what is missing; open it.
+
+    The descriptor is opened ``O_DIRECTORY|O_NOFOLLOW`` and must be the very directory that was
+    checked (same ``st_dev``/``st_ino``); the directory's own checks run on its ``fstat``.
 
     Returns:
-        the resolved directory.
+        the resolved directory (for display) and the descriptor every later operation goes through.
     """
     directory, info, created = _resolve_checked(given)
-    if created:
-        os.chmod(directory, 0o700)  # the umask may have narrowed it; never widen beyond 0700
-        info = os.lstat(directory)
-    _check_directory(directory, info)
-    return directory
+    if not stat.S_ISDIR(info.st_mode):
+        _check_directory(directory, info)  # raises: not a directory
+    fd = os.open(directory, _DIRECTORY_FLAGS)
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+            raise JournalError(
+                f"refusing pending-write journal directory {str(directory)!r}: it was replaced "
+                "while it was being checked",
+                path=str(directory),
+            )
+        if created:
+            os.fchmod(fd, 0o700)  # the umask may have narrowed it; never widen beyond 0700
+            opened = os.fstat(fd)
+        _check_directory(directory, opened)
+    except BaseException:
+        os.close(fd)
+        raise
+    return directory, fd
 
 
 class Journal:
     """The file mechanics of the ledger's journal directory (not thread-safe: the ledger locks).
+
+    The directory is held open from construction to :meth:`close`, and every file operation is
+    relative to that descriptor: if the directory is moved, the intents follow it, and a directory
+    put in its place never receives one.
 
     Args:
         directory: the journal directory; created 0700 if missing, refused with
@@ -296,40 +323,58 @@ class Journal:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         given = os.fspath(directory)
         try:
-            self._directory = _prepare_private_directory(given)
+            self._directory, fd = _open_private_directory(given)
         except OSError as exc:
             raise JournalError(
                 f"cannot prepare pending-write journal directory {given!r}: {exc}", path=given
             ) from exc
+        self._fd = fd
+        self._closer = weakref.finalize(self, os.close, fd)
         self._counter = itertools.count()
 
     @property
     def directory(self) -> Path:
-        """The journal directory (symlinks resolved once, at construction)."""
+        """Where the journal directory was at construction (symlinks resolved once); for display.
+
+        The journal never does I/O through this path: it uses the directory it holds open.
+        """
         return self._directory
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has released the directory (or the finalizer has)."""
+        return not self._closer.alive
+
+    def close(self) -> None:
+        """Release the directory descriptor; idempotent. Later operations raise JournalError."""
+        self._closer()
+
     def file_for(self, path: str) -> Path:
-        """The journal file of the intent for node ``path``."""
+        """Where the journal file of the intent for node ``path`` is, for display only."""
         return self._directory / journal_file_name(path)
 
-    def _sync_directory(self) -> None:
-        fd = os.open(self._directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    def _dir_fd(self) -> int:
+        if self.closed:  # the number may already belong to another file: never use it again
+            raise JournalError(
+                f"pending-write journal {str(self._directory)!r} is closed",
+                path=str(self._directory),
+            )
+        return self._fd
 
     def write(self, intent: PendingWrite) -> Path:
         """Write ``intent`` durably (temp, fsync, replace, fsync directory); return its file.
 
         Raises:
-            JournalError: the file could not be written; the intent is NOT recorded.
+            JournalError: the file could not be written (or the journal is closed); the intent is
+                NOT recorded.
         """
-        final = self.file_for(intent.path)
-        temp = self._directory / f".{final.name}.{os.getpid()}.{next(self._counter)}.tmp"
+        directory = self._dir_fd()
+        name = journal_file_name(intent.path)
+        final = self._directory / name
+        temp = f".{name}.{os.getpid()}.{next(self._counter)}.tmp"
         data = encode_journal_file(intent)
         try:
-            fd = os.open(temp, _WRITE_FLAGS, 0o600)
+            fd = os.open(temp, _WRITE_FLAGS, 0o600, dir_fd=directory)
             try:
                 view = memoryview(data)
                 while view:
@@ -337,13 +382,17 @@ class Journal:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(temp, final)
-            self._sync_directory()
+            os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
+            os.fsync(directory)
         except OSError as exc:
             try:
-                os.unlink(temp)
+                os.unlink(temp, dir_fd=directory)
             except FileNotFoundError:
                 pass
+            except OSError as cleanup:
+                logger.bind(journal_dir=str(self._directory)).opt(exception=cleanup).error(
+                    "could not remove the temp file {} of a failed journal write: {}", temp, cleanup
+                )
             raise JournalError(
                 f"could not write pending-write journal file {str(final)!r} for "
                 f"{intent.path!r}: {exc}",
@@ -358,16 +407,19 @@ class Journal:
             whether a file was there.
 
         Raises:
-            JournalError: the file could not be deleted (it will be re-issued at the next start).
+            JournalError: the file could not be deleted (it will be re-issued at the next start),
+                or the journal is closed.
         """
-        target = self.file_for(path)
+        directory = self._dir_fd()
+        name = journal_file_name(path)
         try:
             try:
-                os.unlink(target)
+                os.unlink(name, dir_fd=directory)
             except FileNotFoundError:
                 return False
-            self._sync_directory()
+            os.fsync(directory)
         except OSError as exc:
+            target = self._directory / name
             raise JournalError(
                 f"could not delete pending-write journal file {str(target)!r} for {path!r}: {exc}",
                 path=str(target),
@@ -377,14 +429,21 @@ class Journal:
     def load(self) -> tuple[list[PendingWrite], int]:
         """Read every intent in the directory; quarantine the files that cannot be trusted.
 
+        Never blocks on what it finds: a name that is not a regular file is not opened.
+
         Returns:
             the intents (ordered by ``recorded_at``) and how many files were moved aside.
+
+        Raises:
+            OSError: the directory itself cannot be listed.
+            JournalError: the journal is closed.
         """
+        directory = self._dir_fd()
         intents: list[PendingWrite] = []
         quarantined = 0
         leftover_corrupt = 0
         bound = logger.bind(journal_dir=str(self._directory))
-        for name in sorted(os.listdir(self._directory)):
+        for name in sorted(os.listdir(directory)):
             if _FILE.fullmatch(name):
                 try:
                     intents.append(self._read(name))
@@ -397,7 +456,7 @@ class Journal:
                     name,
                 )
                 try:
-                    os.unlink(self._directory / name)  # never opened: whatever it is, no blocking
+                    os.unlink(name, dir_fd=directory)  # never opened: whatever it is, no blocking
                 except OSError as exc:
                     bound.opt(exception=exc).error("could not remove {}: {}", name, exc)
             elif name.endswith(".corrupt"):
@@ -422,15 +481,15 @@ class Journal:
             raise _CorruptFile(f"owned by uid {info.st_uid}, not by this process")
 
     def _read(self, name: str) -> PendingWrite:
-        source = self._directory / name
+        directory = self._fd
         try:
-            before = os.lstat(source)
+            before = os.stat(name, dir_fd=directory, follow_symlinks=False)
         except OSError as exc:
             raise _CorruptFile(f"unreadable: {exc}") from exc
         self._check_trusted(before)  # a FIFO or device is never opened: it could block or act
         try:
             # O_NONBLOCK in case it became one anyway; a regular file ignores the flag.
-            fd = os.open(source, _READ_FLAGS)
+            fd = os.open(name, _READ_FLAGS, dir_fd=directory)
         except OSError as exc:
             raise _CorruptFile(f"unreadable: {exc}") from exc
         try:
@@ -449,16 +508,24 @@ class Journal:
             os.close(fd)
         return _decode(name, b"".join(chunks))
 
-    def _quarantine(self, name: str, why: str) -> bool:
-        source = self._directory / name
-        target = self._directory / f"{name}.corrupt"
-        suffix = itertools.count(1)
-        while target.exists():
-            target = self._directory / f"{name}.{next(suffix)}.corrupt"
-        bound = logger.bind(journal_dir=str(self._directory), journal_file=str(source))
+    def _exists(self, name: str) -> bool:
         try:
-            os.replace(source, target)
-            self._sync_directory()
+            os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _quarantine(self, name: str, why: str) -> bool:
+        directory = self._fd
+        source = self._directory / name
+        bound = logger.bind(journal_dir=str(self._directory), journal_file=str(source))
+        target = f"{name}.corrupt"
+        try:
+            suffix = itertools.count(1)
+            while self._exists(target):
+                target = f"{name}.{next(suffix)}.corrupt"
+            os.replace(name, target, src_dir_fd=directory, dst_dir_fd=directory)
+            os.fsync(directory)
         except OSError as exc:
             bound.opt(exception=exc).error(
                 "pending-write journal file {} cannot be trusted ({}) and could not be moved "
@@ -473,6 +540,6 @@ class Journal:
             "its intent is NOT re-issued",
             str(source),
             why,
-            target.name,
+            target,
         )
         return True

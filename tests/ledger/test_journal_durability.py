@@ -31,9 +31,13 @@ def test_the_journal_file_is_fsynced_replaced_and_its_directory_fsynced_before_r
         events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
         real_fsync(fd)
 
-    def replace(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    def replace(
+        source: str | os.PathLike[str], target: str | os.PathLike[str], **dir_fds: int
+    ) -> None:
         events.append(("replace", f"{Path(source).name}->{Path(target).name}"))
-        real_replace(source, target)
+        # Relative to the directory the journal holds open, not through a path.
+        assert {os.readlink(f"/proc/self/fd/{fd}") for fd in dir_fds.values()} == {str(journal_dir)}
+        real_replace(source, target, **dir_fds)
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
