@@ -94,10 +94,14 @@ class PendingWriteLedger:
             try:
                 intents, quarantined = self._journal.load()
             except OSError as exc:
+                self._journal.close()
                 raise JournalError(
                     f"cannot read pending-write journal {str(self._journal.directory)!r}: {exc}",
                     path=str(self._journal.directory),
                 ) from exc
+            except BaseException:
+                self._journal.close()
+                raise
             for intent in intents:
                 self._pending[intent.path] = intent
                 self._newest[intent.path] = intent
@@ -109,6 +113,16 @@ class PendingWriteLedger:
                 len(intents),
                 quarantined,
             )
+
+    def close(self) -> None:
+        """Release the journal directory this ledger holds open; idempotent.
+
+        Intents already journaled stay on disk for the next process. After closing, recording an
+        intent durably fails with :class:`JournalError` (the mesh then answers that the write will
+        not be re-issued). A ledger in memory has nothing to close.
+        """
+        if self._journal is not None:
+            self._journal.close()
 
     @property
     def journal_dir(self) -> Path | None:

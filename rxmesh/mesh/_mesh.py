@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, TypeVar
@@ -47,6 +48,7 @@ from rxmesh.mesh._access import (
 from rxmesh.mesh._arms import Judgement, error_for, judge
 from rxmesh.model import (
     MAX_CONTENT_BYTES,
+    NODE_TYPE_PATTERN,
     SYSTEM_USER,
     AccessContext,
     MeshNode,
@@ -54,7 +56,10 @@ from rxmesh.model import (
     QueryFrame,
     partition_of,
     validate_content,
+    validate_label,
     validate_path,
+    validate_request_id,
+    validate_user_id,
 )
 from rxmesh.operations import (
     CreateNodeRequest,
@@ -121,45 +126,204 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+_Request = (
+    CreateNodeRequest | CreateNodesRequest | UpdateNodeRequest | DeleteNodeRequest | MoveNodeRequest
+)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_NODE_TYPE = re.compile(NODE_TYPE_PATTERN)
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]{1,40}")
+_PATH_FIELDS = (("node", "path"), ("nodes", "path"), ("path",), ("source",), ("target",))
+
+
+class _Repeated(dict[str, Any]):
+    """A decoded JSON object in which ``key`` appeared more than once (the last value kept)."""
+
+    key: str = ""
+
+
+def _decode_json(text: str | bytes | bytearray) -> tuple[Any, bool]:
+    """Decode request JSON as Python's json does, marking every object that repeats a key.
+
+    Returns the value and whether any key repeated; raises ``ValueError`` / ``RecursionError``
+    for text Python cannot decode.
+    """
+    repeated = False
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal repeated
+        decoded = dict(items)
+        if len(decoded) == len(items):
+            return decoded
+        marked, seen = _Repeated(decoded), set()
+        for key, _ in items:
+            if key in seen:
+                marked.key = key
+                break
+            seen.add(key)
+        repeated = True
+        return marked
+
+    return json.loads(text, object_pairs_hook=pairs), repeated
+
+
+def _walk(data: object) -> Iterator[tuple[tuple[str | int, ...], object]]:
+    """Every value of a decoded JSON document with its location, depth-first, without recursion."""
+    stack: list[tuple[tuple[str | int, ...], object]] = [((), data)]
+    while stack:
+        location, value = stack.pop()
+        yield location, value
+        if isinstance(value, dict):
+            stack.extend(((*location, key), item) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend(((*location, i), item) for i, item in reversed(list(enumerate(value))))
+
+
+def _where(location: Sequence[object], empty: str = "request") -> str:
+    """A field location as text (``access.user``, ``nodes.0.path``), safe to print and bounded."""
+    parts = [
+        str(part) if isinstance(part, int) or _PLAIN_KEY.fullmatch(str(part)) else repr(part)[:42]
+        for part in location
+    ]
+    text = ".".join(parts) or empty
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _holds_lone_surrogate(data: object) -> bool:
+    for _, value in _walk(data):
+        if isinstance(value, str) and _LONE_SURROGATE.search(value):
+            return True
+        if isinstance(value, dict) and any(_LONE_SURROGATE.search(key) for key in value):
+            return True
+    return False
+
+
+def _parse_json(model: type[R], text: str | bytes | bytearray) -> R:
+    """Build a request from JSON text: refuse a repeated key (naming it and where) before
+    pydantic's parser, which would silently keep the last one."""
+    try:
+        data, repeated = _decode_json(text)
+    except (ValueError, RecursionError):
+        return model.model_validate_json(text)  # not JSON: pydantic's error says where and why
+    if repeated:
+        location, key = next(
+            ((loc, v.key) for loc, v in _walk(data) if isinstance(v, _Repeated)), ((), "?")
+        )
+        raise NodeValidationError(
+            f"{_where(location)}: the key {_shown_key(key)} appears more than once "
+            "(JSON text may not repeat a key)"
+        )
+    try:
+        return model.model_validate_json(text)
+    except ValidationError:
+        if not _holds_lone_surrogate(data):
+            raise
+    # pydantic's JSON parser cannot read a lone surrogate, so it cannot say where one is:
+    # validate the decoded value as a mapping is validated, so the refusal names the field.
+    return model.model_validate(data)
+
+
+def _shown_key(key: str) -> str:
+    text = repr(key)
+    return text if len(text) <= 42 else text[:39] + "..."
+
+
+def _check_strings(req: BaseModel) -> None:
+    """Refuse, naming the field, a string no store can keep or the mesh must not pass on.
+
+    The models refuse these already; this re-checks, cheaply, what a construction that skips
+    validation (``model_construct``, ``model_copy(update=...)``) let through, and adds the one
+    rule a stored row does not obey: a request's ``created_by`` is a user id (it names the
+    requester when ``access`` is absent). Paths and content are checked by ``_fail_fast``.
+    """
+    if not isinstance(req, _Request):
+        return
+    validate_request_id(req.request_id, field="request_id")
+    if req.access is not None:
+        validate_user_id(req.access.user, field="access.user")
+        if req.access.on_behalf_of is not None:
+            validate_label(req.access.on_behalf_of, field="access.on_behalf_of")
+    if isinstance(req, CreateNodesRequest):
+        nodes = [(f"nodes.{index}", node) for index, node in enumerate(req.nodes)]
+    elif isinstance(req, CreateNodeRequest | UpdateNodeRequest):
+        nodes = [("node", req.node)]
+    else:
+        nodes = []
+    for where, node in nodes:
+        if node.created_by is not None:
+            validate_user_id(node.created_by, field=f"{where}.created_by")
+        if node.request_id is not None:
+            validate_request_id(node.request_id, field=f"{where}.request_id")
+        if node.node_type is not None and (
+            not isinstance(node.node_type, str) or not _NODE_TYPE.fullmatch(node.node_type)
+        ):
+            raise NodeValidationError(
+                f"{where}.node_type: {_shown_key(str(node.node_type))} is not a node type name "
+                "(a letter, then letters, digits, '_ . : -'; at most 128 characters)"
+            )
+
+
 def _parse(model: type[R], request: object) -> R:
-    """Build a request model from a model, a mapping or JSON text (raising ValidationError)."""
+    """Build a request from a model, a mapping or JSON text and check its strings.
+
+    Raises ``ValidationError`` (the model refused it) or :class:`NodeValidationError` /
+    :class:`InvalidPathError` naming the field (a repeated JSON key, a string rule).
+    """
+    req: R
     if isinstance(request, model):
-        return request
-    if isinstance(request, str | bytes | bytearray):
-        return model.model_validate_json(request)
-    return model.model_validate(request)
+        req = request
+    elif isinstance(request, str | bytes | bytearray):
+        req = _parse_json(model, request)
+    else:
+        req = model.model_validate(request)
+    _check_strings(req)
+    return req
 
 
 def _parse_failure(error: ValidationError | ValueError) -> tuple[RejectionReason, str]:
     """Map a malformed request to INVALID_PATH or VALIDATION_FAILED, naming the field."""
+    if isinstance(error, InvalidPathError):
+        return RejectionReason.INVALID_PATH, str(error)
+    if isinstance(error, NodeValidationError):
+        return RejectionReason.VALIDATION_FAILED, str(error)
     if not isinstance(error, ValidationError):
         return RejectionReason.VALIDATION_FAILED, f"malformed request: {error}"
     problems = []
     reason = RejectionReason.VALIDATION_FAILED
-    for item in error.errors(include_url=False):
-        location = ".".join(str(part) for part in item["loc"]) or "request"
-        if item["loc"] and item["loc"][-1] in {"path", "source", "target"}:
+    items = error.errors(include_url=False)
+    for item in items:
+        if item["type"] == "too_short" and item["loc"] == ("nodes",) and len(items) > 1:
+            continue  # pydantic's echo of an entry refused below: "at least 1 item, not 0"
+        fields = tuple(part for part in item["loc"] if not isinstance(part, int))
+        if fields in _PATH_FIELDS:
             reason = RejectionReason.INVALID_PATH
+        message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "json_invalid":
-            problems.append(f"request is not valid JSON: {item['msg']}")
+            problems.append(f"request is not valid JSON: {message}")
         else:
-            problems.append(f"{location}: {item['msg']}")
+            problems.append(f"{_where(item['loc'])}: {message}")
     return reason, "; ".join(problems)
 
 
 def _request_id_of(request: object) -> str:
-    if isinstance(request, Mapping):
+    """The id to answer a refused request with: its own when that is a valid id, else unknown."""
+    value: object = None
+    if isinstance(request, BaseModel):
+        value = getattr(request, "request_id", None)
+    elif isinstance(request, Mapping):
         value = request.get("request_id")
-        if isinstance(value, str) and value:
-            return value
-    if isinstance(request, str | bytes | bytearray):
+    elif isinstance(request, str | bytes | bytearray):
         try:
-            data = json.loads(request)
+            data, _ = _decode_json(request)
         except (ValueError, RecursionError):  # refused already; the id is only a courtesy
             data = None
-        if isinstance(data, dict):
-            return _request_id_of(data)
-    return "unknown"
+        if isinstance(data, dict) and not (
+            isinstance(data, _Repeated) and data.key == "request_id"
+        ):
+            value = data.get("request_id")
+    try:
+        return validate_request_id(value)
+    except NodeValidationError:
+        return "unknown"
 
 
 class Mesh:
@@ -212,6 +376,7 @@ class Mesh:
         self.policy: AccessPolicy = policy if policy is not None else GrantPolicy()
         self.validators: tuple[Validator, ...] = tuple(validators)
         self.ledger: PendingWriteLedger = ledger if ledger is not None else PendingWriteLedger()
+        self._owns_ledger = ledger is None
         self.node_types = node_types
         self.record_pending_writes = record_pending_writes
         self._scheduler = scheduler
@@ -234,10 +399,15 @@ class Mesh:
         return self._created
 
     def dispose(self) -> None:
-        """Stop answering: later operations error with :class:`MeshDisposedError`."""
+        """Stop answering: later operations error with :class:`MeshDisposedError`.
+
+        A ledger the mesh made itself (none was passed) is closed too; its journal stays.
+        """
         self._disposed = True
         if self.recovery is not None:
             self.recovery.dispose()
+        if self._owns_ledger:  # a ledger the caller passed in is the caller's to close
+            self.ledger.close()
         self._created.on_completed()
 
     def _check_open(self) -> None:
