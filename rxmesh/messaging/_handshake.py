@@ -1,4 +1,5 @@
-"""``retry_unreachable_coordination``: retry "no answer in time", then say so (SPEC §9)."""
+"""``retry_unreachable_coordination``: retry "no answer in time" and "nobody answering", then
+say so (SPEC §9)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposab
 
 from rxmesh._scheduling import resolve_scheduler
 from rxmesh.exceptions import BuildCoordinationUnreachableError
-from rxmesh.faults import is_no_answer_in_time
+from rxmesh.faults import is_coordination_unreachable, is_no_answer_in_time
 from rxmesh.messaging._build import BUILD_COORDINATOR_ADDRESS
 
 __all__ = [
@@ -29,6 +30,16 @@ DEFAULT_COORDINATION_BACKOFF: tuple[float, ...] = (5.0, 15.0)
 """Seconds waited before the 2nd and the 3rd attempt (the last value repeats if more)."""
 
 
+_NO_ANSWER = "no answer in time"
+_NOBODY_ANSWERING = "nobody answering (no responders)"
+
+
+def _describe_seen(seen: Sequence[str]) -> str:
+    """What the failed attempts got, counted, in the order first seen: ``"2 with no answer in
+    time, 1 with nobody answering (no responders)"``."""
+    return ", ".join(f"{seen.count(kind)} with {kind}" for kind in dict.fromkeys(seen))
+
+
 def retry_unreachable_coordination(
     handshake: Callable[[], Observable[T]],
     attempts: int = DEFAULT_COORDINATION_ATTEMPTS,
@@ -38,11 +49,13 @@ def retry_unreachable_coordination(
     target: str = BUILD_COORDINATOR_ADDRESS,
     on_retry: Callable[[Exception, int, float], None] | None = None,
 ) -> Observable[T]:
-    """Run ``handshake()`` and re-ask while the answer is "no answer in time".
+    """Run ``handshake()`` and re-ask while the coordinator could not be reached.
 
-    Both shapes count (:func:`rxmesh.faults.is_no_answer_in_time`): a ``TimeoutError`` and a
-    forwarding hop's FAILED "Response did not arrive on time" NACK. Anything else (a verdict NACK,
-    a FAILED NACK without the phrases, any other exception) surfaces unchanged, at once. Before
+    What counts is :func:`rxmesh.faults.is_coordination_unreachable`: "no answer in time" in both
+    shapes (a ``TimeoutError``, a forwarding hop's FAILED "Response did not arrive on time" NACK)
+    and nobody answering (a NO_RESPONDERS failure: over NATS a coordinator that is down, or not
+    re-subscribed yet, is not a verdict). Anything else (a verdict NACK such as NOT_FOUND, a
+    FAILED NACK without the phrases, any other exception) surfaces unchanged, at once. Before
     attempt ``i + 1`` it waits ``backoff[i - 1]`` seconds on the scheduler. When ``attempts`` are
     spent it errors with :class:`~rxmesh.exceptions.BuildCoordinationUnreachableError` (ERROR log;
     ``__cause__`` is the last error), which the caller takes to the durable-witness door.
@@ -67,6 +80,7 @@ def retry_unreachable_coordination(
         current = SerialDisposable()
         timer = SerialDisposable()
         state = {"attempt": 0, "emitted": False, "disposed": False}
+        seen: list[str] = []  # what each failed attempt got, for the final message
 
         def on_next(value: T) -> None:
             state["emitted"] = True
@@ -75,9 +89,9 @@ def retry_unreachable_coordination(
         def give_up(last: Exception) -> None:
             made = state["attempt"]
             error = BuildCoordinationUnreachableError(
-                f"Build coordination at '{target}' gave no answer in time: {made} attempt(s) "
-                f"failed with no answer. Nothing was verified: no build claim was confirmed. "
-                f"Last error: {type(last).__name__}: {last}"
+                f"Build coordination at '{target}' gave no answer in time / nobody answering: "
+                f"{made} attempt(s) failed: {_describe_seen(seen)}. Nothing was verified: no "
+                f"build claim was confirmed. Last error: {type(last).__name__}: {last}"
             )
             error.__cause__ = last
             logger.bind(target=target, attempts=made).error(str(error))
@@ -86,17 +100,20 @@ def retry_unreachable_coordination(
         def on_error(error: Exception) -> None:
             if state["disposed"]:
                 return
-            if state["emitted"] or not is_no_answer_in_time(error):
+            if state["emitted"] or not is_coordination_unreachable(error):
                 observer.on_error(error)
                 return
+            what = _NO_ANSWER if is_no_answer_in_time(error) else _NOBODY_ANSWERING
+            seen.append(what)
             attempt = int(state["attempt"])
             if attempt >= budget:
                 give_up(error)
                 return
             delay = delays[min(attempt - 1, len(delays) - 1)] if delays else 0.0
             logger.bind(target=target, attempt=attempt, delay=delay).warning(
-                "no answer in time from '{}' (attempt {} of {}); asking again in {:g}s: {}",
+                "'{}' could not be reached ({}; attempt {} of {}); asking again in {:g}s: {}",
                 target,
+                what,
                 attempt,
                 budget,
                 delay,

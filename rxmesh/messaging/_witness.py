@@ -1,8 +1,9 @@
 """The durable-witness door: who decides when the build coordinator could not be reached.
 
 :func:`claim_build` runs the handshake with :func:`retry_unreachable_coordination`. If the
-coordinator answers, it decides. If every attempt got no answer in time, the door asks the
-durable witness (a record in the store, keyed by the build fingerprint):
+coordinator answers, it decides. If every attempt got no answer in time or nobody answering (a
+NO_RESPONDERS failure: over NATS, a coordinator that is down), the door asks the durable witness
+(a record in the store, keyed by the build fingerprint):
 
 - GO -> proceed, with a WARNING (nothing was verified by the coordinator);
 - NO-GO -> re-raise the :class:`~rxmesh.exceptions.BuildCoordinationUnreachableError`;
@@ -110,7 +111,7 @@ async def decide_at_witness_door(
     witness: BuildWitness,
     decide_locally: LocalDecision,
 ) -> BuildDecision:
-    """Ask the durable witness what to do after the coordinator gave no answer in time.
+    """Ask the durable witness what to do after the coordinator could not be reached.
 
     Raises:
         BuildCoordinationUnreachableError: ``error`` itself, when the witness says NO-GO.
@@ -158,7 +159,9 @@ async def claim_build(
     """The pre-warm door: claim the build at ``admin/build``, else ask the durable witness.
 
     A claim the coordinator answered decides (``proceed = claim.granted``). Every error that is
-    not "no answer in time" propagates unchanged (a verdict NACK is an answer, not an outage).
+    neither "no answer in time" nor "nobody answering"
+    (:func:`rxmesh.faults.is_coordination_unreachable`) propagates unchanged (a verdict NACK such
+    as NOT_FOUND is an answer, not an outage).
     """
     handshake = build_claim_handshake(hub, fingerprint, holder, timeout=timeout, target=target)
     retried = retry_unreachable_coordination(

@@ -1,4 +1,5 @@
-"""retry_unreachable_coordination (SPEC §9), in virtual time: retry "no answer in time" only."""
+"""retry_unreachable_coordination (SPEC §9), in virtual time: retry "no answer in time" and
+nobody answering (NO_RESPONDERS) only; verdicts, NOT_FOUND included, surface at once."""
 
 from __future__ import annotations
 
@@ -299,3 +300,131 @@ def test_a_factory_that_raises_a_timeout_counts_as_an_attempt() -> None:
     [(time, error)] = errors(observer.messages)
     assert time == 205
     assert isinstance(error, BuildCoordinationUnreachableError)
+
+
+# --------------------------------------------------------------------------------------------------
+# Nobody answering (issue 13, scenario 6): NATS's "no responders" for a coordinator that is down
+
+NO_RESPONDERS_TEXT = (
+    "Delivery to 'admin/build' failed: no responders on NATS subject 'rxmesh.hub.admin.build'"
+)
+IN_PROCESS_NOT_FOUND_TEXT = (
+    "Delivery to 'admin/build' failed: no hub serves that address (in-process)"
+)
+
+
+def nobody_answering() -> DeliveryFailure:
+    """What the NATS transport raises when the coordinator's process is down."""
+    return DeliveryFailure(DeliveryErrorType.NO_RESPONDERS, NO_RESPONDERS_TEXT)
+
+
+def test_nobody_answering_is_retried_after_5_then_15_seconds_then_reported_unreachable(
+    log_records: list[dict[str, Any]],
+) -> None:
+    """A coordinator that is down is not a verdict: re-asked on the same budget, then the
+    witness door's error. FAILS against the old code, which surfaced it at 201 unretried."""
+    scheduler = TestScheduler()
+    last = nobody_answering()
+    handshake = Handshake(scheduler, nobody_answering(), nobody_answering(), last)
+    seen: list[tuple[BaseException, int, float]] = []
+
+    observer = scheduler.start(
+        lambda: retry_unreachable_coordination(
+            handshake, scheduler=scheduler, on_retry=lambda e, a, d: seen.append((e, a, d))
+        )
+    )
+
+    assert handshake.subscriptions() == [
+        subscribe(200, 201),
+        subscribe(206, 207),
+        subscribe(222, 223),
+    ]
+    [(time, error)] = errors(observer.messages)
+    assert time == 223
+    assert isinstance(error, BuildCoordinationUnreachableError)
+    assert error.__cause__ is last
+    text = str(error)
+    assert "admin/build" in text
+    assert "3 attempt" in text
+    assert "nobody answering" in text
+    assert "3 with nobody answering" in text
+    assert "nothing was verified" in text.lower()
+    assert [(a, d) for _, a, d in seen] == [(1, 5.0), (2, 15.0)]
+    assert all(
+        isinstance(e, DeliveryFailure) and e.error_type is DeliveryErrorType.NO_RESPONDERS
+        for e, _, _ in seen
+    )
+    warnings = [r for r in log_records if r["level"] == "WARNING"]
+    assert len(warnings) == 2
+    assert all("nobody answering" in r["message"] for r in warnings)
+    assert any(r["level"] == "ERROR" and "admin/build" in r["message"] for r in log_records)
+
+
+def test_the_unreachable_message_counts_what_each_attempt_saw() -> None:
+    scheduler = TestScheduler()
+    handshake = Handshake(
+        scheduler, TimeoutError("no reply"), nobody_answering(), nobody_answering()
+    )
+
+    observer = scheduler.start(
+        lambda: retry_unreachable_coordination(handshake, scheduler=scheduler)
+    )
+
+    [(_, error)] = errors(observer.messages)
+    assert isinstance(error, BuildCoordinationUnreachableError)
+    text = str(error)
+    assert "gave no answer in time / nobody answering" in text
+    assert "1 with no answer in time, 2 with nobody answering" in text
+
+
+def test_an_answer_after_nobody_answered_is_delivered() -> None:
+    """The coordinator came back (restarted, re-subscribed) before the second ask. FAILS
+    against the old code (the first NO_RESPONDERS ended the handshake)."""
+    scheduler = TestScheduler()
+    handshake = Handshake(scheduler, nobody_answering(), "claim")
+
+    observer = scheduler.start(
+        lambda: retry_unreachable_coordination(handshake, scheduler=scheduler)
+    )
+
+    assert observer.messages == [on_next(207, "claim"), on_completed(207)]
+    assert len(handshake.subscriptions()) == 2
+
+
+def test_nobody_answering_inside_a_wrapper_or_a_group_is_retried() -> None:
+    scheduler = TestScheduler()
+    wrapped = RuntimeError("claim failed")
+    wrapped.__cause__ = nobody_answering()
+    group = ExceptionGroup("hops", [ValueError("other hop"), nobody_answering()])
+    handshake = Handshake(scheduler, wrapped, group, "claim")
+
+    observer = scheduler.start(
+        lambda: retry_unreachable_coordination(handshake, scheduler=scheduler)
+    )
+
+    assert observer.messages == [on_next(223, "claim"), on_completed(223)]
+
+
+@pytest.mark.parametrize(
+    "verdict",
+    [
+        # The in-process router knows its hubs: its NOT_FOUND is a verdict.
+        DeliveryFailure(DeliveryErrorType.NOT_FOUND, IN_PROCESS_NOT_FOUND_TEXT),
+        # A NOT_FOUND quoting "no responders" is still a NOT_FOUND (judged by type, not text).
+        DeliveryFailure(DeliveryErrorType.NOT_FOUND, NO_RESPONDERS_TEXT),
+        # A FAILED NACK quoting "no responders" is a FAILED NACK without the timeout phrases.
+        DeliveryFailure(DeliveryErrorType.FAILED, NO_RESPONDERS_TEXT),
+    ],
+    ids=["in-process-NOT_FOUND", "NOT_FOUND-quoting-no-responders", "FAILED-quoting-it"],
+)
+def test_a_not_found_verdict_is_still_not_retried(verdict: DeliveryFailure) -> None:
+    # Negative control for the NO_RESPONDERS retry.
+    scheduler = TestScheduler()
+    handshake = Handshake(scheduler, verdict, "claim")
+
+    observer = scheduler.start(
+        lambda: retry_unreachable_coordination(handshake, scheduler=scheduler)
+    )
+
+    assert errors(observer.messages) == [(201, verdict)]
+    assert handshake.subscriptions() == [subscribe(200, 201)]

@@ -14,6 +14,7 @@ from rxmesh.exceptions import (
     DeliveryFailure,
     StoreError,
 )
+from rxmesh.faults import is_coordination_unreachable
 from rxmesh.messaging import (
     BuildClaimRequest,
     BuildCoordinator,
@@ -199,16 +200,29 @@ async def test_claim_build_through_a_timing_out_hop_reaches_the_witness(
 
 
 async def test_claim_build_surfaces_a_verdict_nack_without_asking_the_witness() -> None:
+    # Negative control of the NO_RESPONDERS retry: the in-process router knows its hubs, so its
+    # NOT_FOUND for an address nobody serves stays a verdict: not retried, no witness.
     router = Router()  # nothing at admin/build: NOT_FOUND, a verdict
     client = await MessageHub("pod-a", router).start()
     witness = InMemoryBuildWitness({FINGERPRINT: WitnessVerdict.GO})
+    retried: list[Exception] = []
 
     with pytest.raises(DeliveryFailure) as caught:
         await asyncio.wait_for(
-            claim_build(client, FINGERPRINT, "pod-a", witness=witness, decide_locally=Local(True)),
+            claim_build(
+                client,
+                FINGERPRINT,
+                "pod-a",
+                witness=witness,
+                decide_locally=Local(True),
+                on_retry=lambda error, attempt, delay: retried.append(error),
+            ),
             BOUND,
         )
 
     assert caught.value.error_type is DeliveryErrorType.NOT_FOUND
+    assert "no hub serves that address (in-process)" in caught.value.message
+    assert not is_coordination_unreachable(caught.value)
+    assert retried == []
     assert witness.asked == []
     await router.close()
