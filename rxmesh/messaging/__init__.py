@@ -8,9 +8,11 @@ responding side flattens them into a :class:`~rxmesh.exceptions.DeliveryFailure`
 
 "No answer in time" arrives in two shapes (a ``TimeoutError``, or a forwarding hop's FAILED
 "Response did not arrive on time" NACK); :func:`rxmesh.faults.is_no_answer_in_time` recognises
-both. :func:`retry_unreachable_coordination` retries exactly that for the build-claim handshake,
-and :func:`claim_build` takes the spent handshake to the durable-witness door. See
-docs/messaging.md.
+both. Nobody answering (NATS's "no responders", which cannot tell a hub that is down or not yet
+re-subscribed from one that never existed) is a NO_RESPONDERS failure, not a NOT_FOUND verdict.
+:func:`retry_unreachable_coordination` retries both for the build-claim handshake
+(:func:`rxmesh.faults.is_coordination_unreachable`), and :func:`claim_build` takes the spent
+handshake to the durable-witness door. See docs/messaging.md.
 """
 
 from __future__ import annotations

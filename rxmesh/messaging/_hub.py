@@ -68,7 +68,8 @@ class MessageHub:
     a :class:`~rxmesh.exceptions.DeliveryFailure`. With ``forward_timeout`` set the hub also
     forwards requests addressed to other hubs (a gateway hop): when the next hop gives no reply
     within ``forward_timeout`` seconds it answers FAILED "Delivery to '<target>' failed: Response
-    did not arrive on time in <t>s for message ...".
+    did not arrive on time in <t>s for message ..."; a NACK or transport failure from the next
+    hop (NOT_FOUND, NO_RESPONDERS, ...) is relayed with its own type and text, never relabelled.
 
     Args:
         address: the hub's address, ``/``-separated (``"admin/build"``).

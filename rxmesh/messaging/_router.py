@@ -158,8 +158,10 @@ class Router:
 
         Raises:
             TimeoutError: no reply within ``timeout`` seconds.
-            DeliveryFailure: NOT_FOUND (nothing serves the next hop), or FAILED "Placement
-                operation timed out" (the target could not be activated in time).
+            DeliveryFailure: NOT_FOUND (the transport knows nothing serves the next hop),
+                NO_RESPONDERS (nobody answered at the next hop and the transport cannot tell
+                why, as over NATS), or FAILED "Placement operation timed out" (the target could
+                not be activated in time). The transport's error passes through unchanged.
         """
         hop = self.next_hop(envelope.target, exclude=exclude_hop)
         if hop == envelope.target:

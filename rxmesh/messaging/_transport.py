@@ -2,8 +2,11 @@
 
 A transport knows nothing of message types: the :class:`~rxmesh.messaging.Router` serialises,
 the transport carries. ``request`` raises ``TimeoutError`` when no reply arrives within
-``timeout`` seconds (shape (a) of "no answer in time") and a NOT_FOUND
-:class:`~rxmesh.exceptions.DeliveryFailure` when nothing serves the address (a verdict).
+``timeout`` seconds (shape (a) of "no answer in time"). When nobody is there to answer it raises
+a :class:`~rxmesh.exceptions.DeliveryFailure`: NOT_FOUND if it KNOWS nothing serves the address
+(a verdict; the in-process transport knows its hubs), NO_RESPONDERS if it only knows that nobody
+answered and cannot tell why (NATS: never served, down, or not re-subscribed yet; an availability
+failure).
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ class Transport(Protocol):
 
         Raises:
             TimeoutError: no reply within ``timeout`` seconds (the request may have landed).
-            DeliveryFailure: NOT_FOUND, nothing serves ``address``.
+            DeliveryFailure: NOT_FOUND, nothing serves ``address`` (the transport knows), or
+                NO_RESPONDERS, nobody answered and the transport cannot tell why.
         """
 
     async def close(self) -> None:

@@ -2,9 +2,17 @@
 
 An existing engine, no home-made protocol: a hub at address ``admin/build`` subscribes to the
 subject ``<prefix>.admin.build`` and a request is ``nc.request(subject, frame, timeout)``. NATS's
-own answers map onto the two contract shapes: its request timeout becomes a ``TimeoutError``
-("no answer in time", shape (a)); its no-responders status becomes a NOT_FOUND
-:class:`~rxmesh.exceptions.DeliveryFailure` (a verdict: nothing serves that address).
+own answers map onto the contract: its request timeout becomes a ``TimeoutError`` ("no answer in
+time", shape (a)); its no-responders status becomes a NO_RESPONDERS
+:class:`~rxmesh.exceptions.DeliveryFailure`, an availability failure and NOT a NOT_FOUND verdict.
+
+What a NATS deployment cannot tell apart: "no responders" only says that no subscription for the
+subject was known to the server at that moment. That is the same answer for an address no hub
+ever serves, for a hub whose process is down (killed, restarting), and for a live hub whose
+connection has not yet re-subscribed after the server restarted. The in-process transport knows
+its hubs and may say NOT_FOUND; this one may not, so nobody answering is reported as what it is,
+and :func:`rxmesh.faults.is_coordination_unreachable` (the build-claim handshake's retry rule)
+treats it like "no answer in time". See docs/messaging.md.
 
 ``nats-py`` (the ``rxmesh[nats]`` extra) is imported only when a transport is created.
 """
@@ -167,7 +175,8 @@ class NatsTransport:
 
         Raises:
             TimeoutError: NATS's request timeout fired (the request may have landed).
-            DeliveryFailure: NOT_FOUND, NATS answered "no responders" for the subject.
+            DeliveryFailure: NO_RESPONDERS, NATS answered "no responders" for the subject
+                (nobody was subscribed just then; not evidence that nothing serves it).
         """
         import nats.errors
 
@@ -176,8 +185,9 @@ class NatsTransport:
             msg = await self._client.request(subject, data, timeout=timeout)
         except nats.errors.NoRespondersError as exc:
             raise DeliveryFailure(
-                DeliveryErrorType.NOT_FOUND,
-                f"Delivery to '{address}' failed: no responders on NATS subject '{subject}'",
+                DeliveryErrorType.NO_RESPONDERS,
+                f"Delivery to '{address}' failed: no responders on NATS subject '{subject}' "
+                "(nobody is serving it right now: not served, down, or not re-subscribed yet)",
             ) from exc
         except nats.errors.TimeoutError as exc:
             raise TimeoutError(

@@ -12,7 +12,11 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from rxmesh.exceptions import DeliveryErrorType, DeliveryFailure, MeshDisposedError
-from rxmesh.faults import is_no_answer_in_time, is_store_unreachable
+from rxmesh.faults import (
+    is_coordination_unreachable,
+    is_no_answer_in_time,
+    is_store_unreachable,
+)
 
 __all__ = [
     "Ack",
@@ -100,10 +104,12 @@ def flatten_exception(
     """Flatten a handler's exception into a NACK (type, text), on the responding side.
 
     In order: a :class:`DeliveryFailure` is relayed unchanged (a hop passing on a NACK from
-    further away); an unreachable store -> UNAVAILABLE; no answer in time (either shape) ->
-    FAILED with "Response did not arrive on time", so the classification survives the boundary;
-    a ``PermissionError`` -> FORBIDDEN "Access denied"; a disposed mesh -> SHUTTING_DOWN;
-    anything else -> FAILED naming the exception type.
+    further away, NO_RESPONDERS included); an unreachable store -> UNAVAILABLE; no answer in time
+    (either shape) -> FAILED with "Response did not arrive on time", so the classification
+    survives the boundary; nobody answering further along (a NO_RESPONDERS failure wrapped in the
+    chain or in a group branch) -> NO_RESPONDERS, for the same reason; a ``PermissionError`` ->
+    FORBIDDEN "Access denied"; a disposed mesh -> SHUTTING_DOWN; anything else -> FAILED naming
+    the exception type.
     """
     where = f"{message_type} at '{hub}'"
     if isinstance(exc, DeliveryFailure):
@@ -117,6 +123,11 @@ def flatten_exception(
         return (
             DeliveryErrorType.FAILED,
             f"{where} failed: Response did not arrive on time ({type(exc).__name__}: {exc})",
+        )
+    if is_coordination_unreachable(exc):  # not a timeout, so a NO_RESPONDERS failure inside
+        return (
+            DeliveryErrorType.NO_RESPONDERS,
+            f"{where} failed: nobody answering further along ({type(exc).__name__}: {exc})",
         )
     if isinstance(exc, PermissionError):
         return DeliveryErrorType.FORBIDDEN, f"Access denied: {where}: {exc}"

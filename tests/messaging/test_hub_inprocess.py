@@ -19,7 +19,7 @@ from rxmesh.exceptions import (
     MeshDisposedError,
     StoreError,
 )
-from rxmesh.faults import is_no_answer_in_time
+from rxmesh.faults import is_coordination_unreachable, is_no_answer_in_time
 from rxmesh.messaging import (
     Ack,
     BuildClaim,
@@ -49,6 +49,29 @@ class Pong(BaseModel):
 
 async def started(router: Router, address: str, **kwargs: Any) -> MessageHub:
     return await MessageHub(address, router, **kwargs).start()
+
+
+def wrapping(outer: Exception, inner: BaseException) -> Exception:
+    """``outer`` raised ``from inner``."""
+    outer.__cause__ = inner
+    return outer
+
+
+class NobodyAnsweringTransport(InProcessTransport):
+    """The in-process transport, except that addresses in ``down`` answer as NATS does for a
+    process that is down: a NO_RESPONDERS failure."""
+
+    def __init__(self, *down: str) -> None:
+        super().__init__()
+        self.down = set(down)
+
+    async def request(self, address: str, data: bytes, timeout: float) -> bytes:
+        if address in self.down:
+            raise DeliveryFailure(
+                DeliveryErrorType.NO_RESPONDERS,
+                f"Delivery to '{address}' failed: no responders on NATS subject 'x.{address}'",
+            )
+        return await super().request(address, data, timeout)
 
 
 async def test_a_request_crosses_a_json_boundary_in_process() -> None:
@@ -106,6 +129,28 @@ async def test_a_handler_returning_nothing_answers_ack() -> None:
             DeliveryErrorType.NOT_FOUND,
             "relayed from further away",
         ),
+        (
+            DeliveryFailure(DeliveryErrorType.NO_RESPONDERS, "no responders further away"),
+            DeliveryErrorType.NO_RESPONDERS,
+            "no responders further away",
+        ),
+        (
+            wrapping(
+                RuntimeError("asking the next hub failed"),
+                DeliveryFailure(DeliveryErrorType.NO_RESPONDERS, "no responders on 'svc/next'"),
+            ),
+            DeliveryErrorType.NO_RESPONDERS,
+            "nobody answering further along (RuntimeError: asking the next hub failed)",
+        ),
+    ],
+    ids=[
+        "FAILED",
+        "FORBIDDEN",
+        "UNAVAILABLE",
+        "SHUTTING_DOWN",
+        "relayed-NOT_FOUND",
+        "relayed-NO_RESPONDERS",
+        "wrapped-NO_RESPONDERS",
     ],
 )
 async def test_a_handlers_exception_is_flattened_into_a_nack(
@@ -174,6 +219,30 @@ async def test_nothing_at_the_address_and_no_handler_are_not_found_verdicts() ->
     assert unhandled.value.error_type is DeliveryErrorType.NOT_FOUND
     assert "no handler" in unhandled.value.message
     assert not is_no_answer_in_time(nobody.value)
+    # The in-process router knows its hubs: its NOT_FOUND stays a verdict (negative control of
+    # NATS's NO_RESPONDERS), and the build-claim retry does not take it.
+    assert not is_coordination_unreachable(nobody.value)
+    assert not is_coordination_unreachable(unhandled.value)
+    await router.close()
+
+
+async def test_a_forwarding_hop_relays_nobody_answering_faithfully() -> None:
+    """The gateway's next hop is down (NATS: no responders): the client gets NO_RESPONDERS with
+    the hop's text, not relabelled into a NOT_FOUND verdict nor a FAILED NACK."""
+    router = Router(NobodyAnsweringTransport("admin/build"), routes={"admin/build": "edge/gateway"})
+    await started(router, "edge/gateway", forward_timeout=BOUND)
+    client = await started(router, "client")
+
+    with pytest.raises(DeliveryFailure) as caught:
+        await client.ask("admin/build", BuildClaimRequest(fingerprint="f", holder="h"), BOUND)
+
+    failure = caught.value
+    assert failure.error_type is DeliveryErrorType.NO_RESPONDERS
+    assert failure.message == (
+        "Delivery to 'admin/build' failed: no responders on NATS subject 'x.admin/build'"
+    )
+    assert is_coordination_unreachable(failure)
+    assert not is_no_answer_in_time(failure)
     await router.close()
 
 

@@ -3,7 +3,9 @@
 The coordinator is paused with SIGSTOP during a claim: the forwarding hub answers the FAILED
 "Response did not arrive on time" NACK, the client retries, and after SIGCONT it gets the SAME
 claim (the timed-out ask landed too). With the coordinator gone for good (paused and never
-continued) the witness door decides; a coordinator that is killed is a NOT_FOUND verdict instead.
+continued) the witness door decides. A coordinator that is killed (SIGKILL, unsubscribed) gets
+NATS's "no responders": nobody answering, retried on the same budget, and then the witness door
+decides too; it is not a NOT_FOUND verdict.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ pytestmark = pytest.mark.nats
 ROOT = Path(__file__).resolve().parents[2]
 FORWARD_TIMEOUT = 0.5
 BACKOFF = (0.5, 1.0)
+KILLED_BACKOFF = (0.1, 0.2)  # "no responders" comes at once; short waits keep the test fast
 CLIENT_TIMEOUT = 3.0  # longer than the hop's bound: the hop's NACK arrives first
 BOUND = 15.0
 FORWARD_TEXT = re.compile(
@@ -206,11 +209,81 @@ async def test_with_the_coordinator_gone_for_good_the_witness_decides(
         # 3 hop timeouts of 0.5 s plus backoffs of 0.5 s and 1.0 s.
         assert 3 * FORWARD_TIMEOUT + sum(BACKOFF) - 0.1 <= elapsed < 3 * CLIENT_TIMEOUT
 
-        # Killed instead of paused: NATS says "no responders", a NOT_FOUND verdict. It is not
-        # retried and the witness is not asked (SPEC §9: a verdict NACK surfaces unchanged).
-        coordinator.kill()
+
+def is_nobody_answering_at_the_coordinator(error: BaseException) -> bool:
+    return (
+        isinstance(error, DeliveryFailure)
+        and error.error_type is DeliveryErrorType.NO_RESPONDERS
+        and "no responders on NATS subject" in error.message
+        and error.message.startswith("Delivery to 'admin/build' failed")
+    )
+
+
+async def test_a_killed_coordinator_is_retried_then_the_witness_decides(
+    nats_url: str, log_records: list[dict[str, Any]]
+) -> None:
+    """Issue 13, scenario 6: a coordinator that is down is not a verdict. FAILS against the old
+    code, where NATS's "no responders" was a NOT_FOUND verdict: no retry, no witness, a fault."""
+    witness = InMemoryBuildWitness({"build-via-gateway": WitnessVerdict.GO})
+    local: list[BuildCoordinationUnreachableError] = []
+
+    def decide_locally(error: BuildCoordinationUnreachableError) -> bool:
+        local.append(error)
+        return False
+
+    async with mesh(nats_url) as (coordinator, client):
+        coordinator.kill()  # SIGKILL: the process is gone, its subscription with it
         await asyncio.wait_for(coordinator.wait(), BOUND)
-        with pytest.raises(DeliveryFailure) as caught:
-            await asyncio.wait_for(claim("build-after-kill"), BOUND)
-        assert caught.value.error_type is DeliveryErrorType.NOT_FOUND
-        assert "build-after-kill" not in witness.asked
+        assert coordinator.returncode == -signal.SIGKILL
+        loop = asyncio.get_running_loop()
+
+        async def claim(hub: MessageHub, fingerprint: str) -> tuple[Any, list[Exception]]:
+            retried: list[Exception] = []
+            decision = await asyncio.wait_for(
+                claim_build(
+                    hub,
+                    fingerprint,
+                    hub.address,
+                    witness=witness,
+                    decide_locally=decide_locally,
+                    timeout=CLIENT_TIMEOUT,
+                    backoff=KILLED_BACKOFF,
+                    scheduler=AsyncIOScheduler(loop),
+                    on_retry=lambda error, attempt, delay: retried.append(error),
+                ),
+                BOUND,
+            )
+            return decision, retried
+
+        # Through the forwarding hub (a real process): it relays NO_RESPONDERS faithfully.
+        started = loop.time()
+        via_gateway, retried = await claim(client, "build-via-gateway")
+        elapsed = loop.time() - started
+        assert len(retried) == 2
+        assert all(is_nobody_answering_at_the_coordinator(e) for e in retried), retried
+        assert via_gateway.decided_by == "witness"
+        assert via_gateway.proceed
+        unreachable = via_gateway.unreachable
+        assert isinstance(unreachable, BuildCoordinationUnreachableError)
+        assert is_nobody_answering_at_the_coordinator(unreachable.__cause__)
+        assert "3 attempt" in str(unreachable)
+        assert "3 with nobody answering" in str(unreachable)
+        assert sum(KILLED_BACKOFF) - 0.05 <= elapsed < BOUND
+
+        # Straight to admin/build (no route): this process's own transport says NO_RESPONDERS;
+        # the witness has no record, so the local decision is asked.
+        # (A second router on the same transport; the mesh's router closes the transport.)
+        direct = MessageHub("pod-b", Router(client.router.transport))
+        undetermined, retried = await claim(direct, "build-direct")
+        assert len(retried) == 2
+        assert all(is_nobody_answering_at_the_coordinator(e) for e in retried), retried
+        assert undetermined.decided_by == "local"
+        assert not undetermined.proceed
+        assert undetermined.verdict is WitnessVerdict.UNDETERMINED
+        assert len(local) == 1
+        assert local[0] is undetermined.unreachable
+
+        assert witness.asked == ["build-via-gateway", "build-direct"]
+        errors = [r for r in log_records if r["level"] == "ERROR"]
+        assert len(errors) == 2
+        assert all("nobody answering" in r["message"] for r in errors)

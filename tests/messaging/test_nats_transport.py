@@ -1,4 +1,5 @@
-"""The NATS transport against a real server: round trip, no-responders, request timeout."""
+"""The NATS transport against a real server: round trip, no-responders (NO_RESPONDERS, not
+NOT_FOUND), request timeout, and a private server killed and restarted under a caller."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from rxmesh.exceptions import DeliveryErrorType, DeliveryFailure
-from rxmesh.faults import is_no_answer_in_time
+from rxmesh.faults import is_coordination_unreachable, is_no_answer_in_time
 from rxmesh.messaging import MessageContext, MessageHub, NatsTransport, Router
 
 pytestmark = pytest.mark.nats
@@ -65,7 +66,12 @@ async def test_a_handler_exception_arrives_as_a_nack(routers: tuple[Router, Rout
     assert "Access denied" in caught.value.message
 
 
-async def test_no_responders_is_a_not_found_verdict(routers: tuple[Router, Router]) -> None:
+async def test_no_responders_is_nobody_answering_not_a_not_found_verdict(
+    routers: tuple[Router, Router],
+) -> None:
+    """NATS cannot tell an address nobody serves from a hub that is down or not re-subscribed
+    yet, so "no responders" is NO_RESPONDERS (an availability failure). FAILS against the old
+    code, which mapped it to NOT_FOUND, a verdict."""
     _, client = routers
 
     with pytest.raises(DeliveryFailure) as caught:
@@ -73,9 +79,12 @@ async def test_no_responders_is_a_not_found_verdict(routers: tuple[Router, Route
             MessageHub("caller", client).ask("svc/absent", Echo(text="hi"), 2.0), BOUND
         )
 
-    assert caught.value.error_type is DeliveryErrorType.NOT_FOUND
-    assert type(caught.value.__cause__).__name__ == "NoRespondersError"
-    assert not is_no_answer_in_time(caught.value)
+    assert caught.value.error_type is DeliveryErrorType.NO_RESPONDERS
+    assert type(caught.value.__cause__).__name__ == "NoRespondersError"  # raised ``from exc``
+    assert "svc/absent" in caught.value.message
+    assert "no responders" in caught.value.message
+    assert is_coordination_unreachable(caught.value)
+    assert not is_no_answer_in_time(caught.value)  # nothing timed out
 
 
 async def test_the_nats_request_timeout_is_a_timeout_error(routers: tuple[Router, Router]) -> None:
