@@ -6,30 +6,49 @@ system records (``<partition>/_access/<user>``, ``<partition>/_owner``); at most
 :data:`MAX_PATH_DEPTH` segments, :data:`MAX_SEGMENT_LENGTH` characters a segment and
 :data:`MAX_PATH_LENGTH` in all. The partition is the first segment; it may not be reserved and is
 at most :data:`MAX_PARTITION_LENGTH` characters (it names a database schema).
+
+Identity and id rules (docs/requests.md says why): a user id (:func:`validate_user_id`) is a valid,
+non-reserved path segment, because it names the grant ``<partition>/_access/<user>``; a request id
+(:func:`validate_request_id`) and an ``on_behalf_of`` label (:func:`validate_label`) are text of
+bounded length without NUL, lone surrogates or control characters. Fields of a stored
+:class:`MeshNode` (``created_by``, ``request_id``) only refuse what no store can keep (NUL, lone
+surrogates) and over-long text, so an existing row always reads back.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    WithJsonSchema,
+)
 
 from rxmesh.exceptions import InvalidPathError, NodeValidationError
 
 __all__ = [
     "MAX_CONTENT_BYTES",
     "MAX_CONTENT_DEPTH",
+    "MAX_LABEL_LENGTH",
     "MAX_PARTITION_LENGTH",
     "MAX_PATH_DEPTH",
     "MAX_PATH_LENGTH",
+    "MAX_REQUEST_ID_LENGTH",
     "MAX_SEGMENT_LENGTH",
+    "MAX_USER_ID_LENGTH",
     "NODE_TYPE_NODE_TYPE",
     "NODE_TYPE_PATTERN",
     "SYSTEM_USER",
+    "USER_ID_RULE",
     "AccessContext",
     "ChangeFeedGap",
     "CommitAnnounced",
@@ -45,7 +64,10 @@ __all__ = [
     "parent_of",
     "partition_of",
     "validate_content",
+    "validate_label",
     "validate_path",
+    "validate_request_id",
+    "validate_user_id",
 ]
 
 MAX_PATH_LENGTH = 512
@@ -59,6 +81,19 @@ MAX_CONTENT_DEPTH = 64
 
 NODE_TYPE_PATTERN = r"^[A-Za-z][A-Za-z0-9_.:-]{0,127}$"
 """A node type name: a letter, then letters, digits, ``_ . : -``; at most 128 characters."""
+
+MAX_USER_ID_LENGTH = MAX_SEGMENT_LENGTH
+"""Longest user id: it is a path segment (of the grant ``<partition>/_access/<user>``)."""
+MAX_REQUEST_ID_LENGTH = 128
+"""Longest request id (the store keeps it with the row)."""
+MAX_LABEL_LENGTH = 256
+"""Longest free-text identity label (``on_behalf_of``; a stored ``created_by``)."""
+
+USER_ID_RULE = (
+    f"a user id is 1 to {MAX_USER_ID_LENGTH} characters of [A-Za-z0-9._-], not '.' or '..', "
+    "and does not start with '_' (it names the grant '<partition>/_access/<user>')"
+)
+"""The user-id rule, as every refusal of a user id states it."""
 
 SYSTEM_USER = "system"
 """The system identity: it may do anything."""
@@ -139,13 +174,84 @@ def is_reserved_path(path: str) -> bool:
     return any(segment.startswith("_") for segment in path.split("/"))
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_UNSTORABLE_OR_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _describe(found: str) -> str:
+    if found == "\x00":
+        return "contains a NUL character"
+    if "\ud800" <= found <= "\udfff":
+        return "contains a lone surrogate (not valid Unicode text)"
+    return f"contains the control character U+{ord(found):04X}"
+
+
 def _storable_text(text: str) -> str | None:
     """Why ``text`` cannot be stored (NUL, a lone surrogate), or ``None``."""
-    if "\x00" in text:
-        return "contains a NUL character"
-    if any("\ud800" <= ch <= "\udfff" for ch in text):
-        return "contains a lone surrogate (not valid Unicode text)"
-    return None
+    found = _UNSTORABLE.search(text)
+    return None if found is None else _describe(found.group())
+
+
+def _text_problem(
+    value: object, *, max_length: int, min_length: int = 0, control: bool = True
+) -> str | None:
+    """Why ``value`` is not acceptable text, or ``None``: not a string, too short or long, NUL,
+    a lone surrogate, or (when ``control``) a control character (category Cc)."""
+    if not isinstance(value, str):
+        return f"is not a string (a {type(value).__name__})"
+    if len(value) < min_length:
+        return "is empty"
+    if len(value) > max_length:
+        return f"is {len(value)} characters long; at most {max_length}"
+    found = (_UNSTORABLE_OR_CONTROL if control else _UNSTORABLE).search(value)
+    return None if found is None else f"{_shown(value)} {_describe(found.group())}"
+
+
+def _user_id_problem(user: object) -> str | None:
+    problem = _text_problem(user, max_length=MAX_USER_ID_LENGTH, min_length=1)
+    if problem is None:
+        assert isinstance(user, str)
+        if user in {".", ".."} or user.startswith("_") or not _SEGMENT.fullmatch(user):
+            problem = f"{_shown(user)} is not a user id"
+    return None if problem is None else f"{problem}; {USER_ID_RULE}"
+
+
+def _request_id_problem(value: object) -> str | None:
+    return _text_problem(value, max_length=MAX_REQUEST_ID_LENGTH, min_length=1)
+
+
+def _label_problem(value: object) -> str | None:
+    return _text_problem(value, max_length=MAX_LABEL_LENGTH)
+
+
+def _refuse(field: str, problem: str | None, value: object) -> str:
+    if problem is not None:
+        raise NodeValidationError(f"{field}: {problem}")
+    assert isinstance(value, str)
+    return value
+
+
+def validate_user_id(user: object, *, field: str = "user") -> str:
+    """Return ``user`` if it is a user id, else raise :class:`NodeValidationError` naming ``field``.
+
+    A user id is a path segment that is not reserved (see :data:`USER_ID_RULE`): it names the
+    grant ``<partition>/_access/<user>``, so it may not add segments (``/``), climb (``..``),
+    name a system record (``_owner``) or hold what a store cannot keep. An e-mail address is not a
+    user id; map it to a stable id of your own.
+    """
+    return _refuse(field, _user_id_problem(user), user)
+
+
+def validate_request_id(value: object, *, field: str = "request_id") -> str:
+    """Return ``value`` if it is a request id (1 to :data:`MAX_REQUEST_ID_LENGTH` characters,
+    no NUL, lone surrogate or control character), else raise :class:`NodeValidationError`."""
+    return _refuse(field, _request_id_problem(value), value)
+
+
+def validate_label(value: object, *, field: str = "on_behalf_of") -> str:
+    """Return ``value`` if it is an identity label (at most :data:`MAX_LABEL_LENGTH` characters,
+    no NUL, lone surrogate or control character), else raise :class:`NodeValidationError`."""
+    return _refuse(field, _label_problem(value), value)
 
 
 def validate_content(path: str, content: object) -> None:
@@ -196,7 +302,56 @@ def _check_path(value: str) -> str:
     return validate_path(value, allow_reserved=True)
 
 
+def _pydantic(problem_of: Callable[[object], str | None]) -> Callable[[str], str]:
+    """An after-validator raising ``ValueError(problem)``; pydantic names the field."""
+
+    def check(value: str) -> str:
+        problem = problem_of(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    return check
+
+
 NodePath = Annotated[str, AfterValidator(_check_path)]
+"""A path obeying the path rules (reserved segments allowed; the mesh decides who may use them)."""
+_TEXT_PATTERN = r"^[^\u0000-\u001f\u007f-\u009f]*$"
+"""JSON Schema for published text fields: no control characters (a schema cannot say "no lone
+surrogate"; JSON text that holds one is refused naming the field all the same)."""
+_USER_ID_PATTERN = rf"^(?!\.\.?$)(?!_)[A-Za-z0-9._-]{{1,{MAX_USER_ID_LENGTH}}}$"
+UserId = Annotated[
+    str,
+    AfterValidator(_pydantic(_user_id_problem)),
+    WithJsonSchema({"type": "string", "pattern": _USER_ID_PATTERN}),
+]
+"""A user id (see :func:`validate_user_id`)."""
+RequestId = Annotated[
+    str,
+    AfterValidator(_pydantic(_request_id_problem)),
+    WithJsonSchema({"type": "string", "pattern": _TEXT_PATTERN, "minLength": 1, "maxLength": 128}),
+]
+"""A request id (see :func:`validate_request_id`)."""
+Label = Annotated[
+    str,
+    AfterValidator(_pydantic(_label_problem)),
+    WithJsonSchema({"type": "string", "pattern": _TEXT_PATTERN, "maxLength": MAX_LABEL_LENGTH}),
+]
+"""An identity label (see :func:`validate_label`)."""
+StoredUser = Annotated[
+    str,
+    AfterValidator(
+        _pydantic(lambda v: _text_problem(v, max_length=MAX_LABEL_LENGTH, control=False))
+    ),
+]
+"""``created_by`` as a store keeps it: storable text of at most :data:`MAX_LABEL_LENGTH`."""
+StoredRequestId = Annotated[
+    str,
+    AfterValidator(
+        _pydantic(lambda v: _text_problem(v, max_length=MAX_REQUEST_ID_LENGTH, control=False))
+    ),
+]
+"""A row's ``request_id`` as a store keeps it: storable text of at most 128 characters."""
 
 
 class NodeStatus(StrEnum):
@@ -217,10 +372,10 @@ class MeshNode(BaseModel):
     path: NodePath
     node_type: Annotated[str, StringConstraints(pattern=NODE_TYPE_PATTERN)] | None = None
     content: JsonValue = None
-    created_by: str | None = None
+    created_by: StoredUser | None = None
     created_at: datetime | None = None
     version: int = Field(default=0, ge=0)
-    request_id: str | None = None
+    request_id: StoredRequestId | None = None
 
     @property
     def partition(self) -> str:
@@ -229,12 +384,17 @@ class MeshNode(BaseModel):
 
 
 class AccessContext(BaseModel):
-    """Who a request is delivered on behalf of; used to authorise it (and its re-issue)."""
+    """Who a request is delivered on behalf of; used to authorise it (and its re-issue).
+
+    ``user`` is a user id (:func:`validate_user_id`: a non-reserved path segment, since it names
+    the grant ``<partition>/_access/<user>``); ``on_behalf_of`` is a label
+    (:func:`validate_label`), kept with a pending write and shown in logs.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    user: str = Field(min_length=1, max_length=256)
-    on_behalf_of: str | None = None
+    user: UserId
+    on_behalf_of: Label | None = None
 
     @classmethod
     def system(cls) -> AccessContext:

@@ -9,6 +9,10 @@
 - ``FORBIDDEN``: the requester holds no grant (a verdict; not "your request was invalid").
 - ``UNKNOWN``: an unexpected failure; the text says what.
 
+Every string field of a request obeys a rule that every store can keep (docs/requests.md): a
+request that breaks one cannot be constructed in-process, and a mapping or JSON text that breaks
+one is answered INVALID_PATH (a path) or VALIDATION_FAILED naming the field, before any store call.
+
 Update, delete and move answer :class:`NodeOperationResponse`; their ``NODE_ALREADY_EXISTS``
 means "the target is taken" (move) and a missing node is ``VALIDATION_FAILED`` naming the path.
 """
@@ -20,7 +24,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rxmesh.model import AccessContext, MeshNode
+from rxmesh.model import AccessContext, MeshNode, NodePath, RequestId
 
 __all__ = [
     "CreateNodeRequest",
@@ -82,7 +86,7 @@ class CreateNodeRequest(BaseModel):
 
     node: MeshNode
     access: AccessContext | None = None
-    request_id: str = Field(default_factory=new_request_id, min_length=1, max_length=128)
+    request_id: RequestId = Field(default_factory=new_request_id)
     reissued_after_unavailable: bool = False
 
 
@@ -121,7 +125,7 @@ class CreateNodesRequest(BaseModel):
 
     nodes: tuple[MeshNode, ...] = Field(min_length=1)
     access: AccessContext | None = None
-    request_id: str = Field(default_factory=new_request_id, min_length=1, max_length=128)
+    request_id: RequestId = Field(default_factory=new_request_id)
     window: int = Field(default=1000, ge=1, le=2000)
     reissued_after_unavailable: bool = False
 
@@ -151,7 +155,7 @@ class UpdateNodeRequest(BaseModel):
 
     node: MeshNode
     access: AccessContext | None = None
-    request_id: str = Field(default_factory=new_request_id, min_length=1, max_length=128)
+    request_id: RequestId = Field(default_factory=new_request_id)
 
 
 class DeleteNodeRequest(BaseModel):
@@ -159,9 +163,9 @@ class DeleteNodeRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    path: str
+    path: NodePath
     access: AccessContext | None = None
-    request_id: str = Field(default_factory=new_request_id, min_length=1, max_length=128)
+    request_id: RequestId = Field(default_factory=new_request_id)
 
 
 class MoveNodeRequest(BaseModel):
@@ -169,10 +173,10 @@ class MoveNodeRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    source: str
-    target: str
+    source: NodePath
+    target: NodePath
     access: AccessContext | None = None
-    request_id: str = Field(default_factory=new_request_id, min_length=1, max_length=128)
+    request_id: RequestId = Field(default_factory=new_request_id)
 
 
 class NodeOperationResponse(BaseModel):

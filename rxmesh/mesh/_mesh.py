@@ -233,7 +233,8 @@ def _check_strings(req: BaseModel) -> None:
     The models refuse these already; this re-checks, cheaply, what a construction that skips
     validation (``model_construct``, ``model_copy(update=...)``) let through, and adds the one
     rule a stored row does not obey: a request's ``created_by`` is a user id (it names the
-    requester when ``access`` is absent). Paths and content are checked by ``_fail_fast``.
+    requester when ``access`` is absent). A path's reserved segments are the system's, as in
+    ``_fail_fast``, which judges content later (still before any store call).
     """
     if not isinstance(req, _Request):
         return
@@ -248,6 +249,20 @@ def _check_strings(req: BaseModel) -> None:
         nodes = [("node", req.node)]
     else:
         nodes = []
+    paths = [(f"{where}.path", node.path) for where, node in nodes]
+    if isinstance(req, DeleteNodeRequest):
+        paths = [("path", req.path)]
+    elif isinstance(req, MoveNodeRequest):
+        paths = [("source", req.source), ("target", req.target)]
+    # The requester, as the verbs resolve it: the access, else the (first) node's created_by.
+    requester = req.access.user if req.access is not None else None
+    if requester is None and nodes:
+        requester = nodes[0][1].created_by
+    for where, path in paths:
+        try:
+            validate_path(path, allow_reserved=requester == SYSTEM_USER)
+        except InvalidPathError as exc:
+            raise InvalidPathError(f"{where}: {exc}", path=exc.path) from exc
     for where, node in nodes:
         if node.created_by is not None:
             validate_user_id(node.created_by, field=f"{where}.created_by")
