@@ -7,6 +7,14 @@ success or INVALID_PATH / VALIDATION_FAILED / INVALID_NODE_TYPE / NODE_ALREADY_E
 input; never UNKNOWN, never an exception, and a refused request changes no row. The in-memory store
 takes the many examples; PostgreSQL takes a smaller set, plus the partition-name injection checks.
 
+Every field of every verb (issue 13): a hostile string in ONE field (request_id, access.user,
+access.on_behalf_of, node.created_by, node.request_id, node_type, a path, a content key or value)
+of create_node, create_nodes, update_node, delete_node or move_node, sent as a model, a mapping or
+JSON text, is answered exactly once, never UNKNOWN, never raised; refused exactly when the field's
+rule (docs/requests.md) says so, with INVALID_PATH for a path and VALIDATION_FAILED otherwise,
+naming the field; a refused request changes no row and heals no partition (no ``_owner``, root
+or ``_access/...``); PostgreSQL gives the same answer as the in-memory store.
+
 The journal's own refusals (checksum, unsafe directory) are tested at ledger level in
 tests/ledger/ (test_journal_directory.py, test_journal_restart.py); here they are driven through
 the Mesh, which is what a deployment touches.
@@ -15,10 +23,13 @@ the Mesh, which is what a deployment touches.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
+import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +37,29 @@ import asyncpg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+from reactivex import Observable
 
 from rxmesh import AccessContext, Mesh, MeshNode
 from rxmesh.aio import first_value
+from rxmesh.exceptions import NodeValidationError
 from rxmesh.ledger import JournalError, PendingWriteLedger
-from rxmesh.model import NodeQuery
+from rxmesh.model import (
+    NODE_TYPE_PATTERN,
+    NodeQuery,
+    validate_content,
+    validate_label,
+    validate_path,
+    validate_request_id,
+    validate_user_id,
+)
 from rxmesh.operations import (
     CreateNodeRequest,
+    CreateNodesRequest,
+    DeleteNodeRequest,
+    MoveNodeRequest,
     RejectionReason,
+    UpdateNodeRequest,
 )
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
@@ -499,3 +525,324 @@ def test_a_private_journal_directory_is_accepted() -> None:
         mesh = Mesh(InMemoryStore(), ledger=PendingWriteLedger(journal))
         assert mesh.ledger.journal_dir == journal
         mesh.dispose()
+
+
+# -- every string field of every verb (issue 13) -----------------------------------------------
+
+HOSTILE_STRINGS = [
+    "\x00", "x\x00y", "\ud800", "x\udfff", "\udbff\udc00", "..", ".", "", " ", "a\nb", "\t",
+    "\x7f", "\x85", "\u202ep", "\ufeff", "é", "🙂", "x" * 129, "x" * 257, "x" * 5000,
+    "alice@example.com", "_x", "_owner", "a/b", "a/../b", "system", "alice", "bob", "A.b-c_1",
+    "Note", "req-1", "q/x", "p/existing", "p/_access/alice", "q/" + "y" * 130, *SQL,
+]
+hostile_strings = st.one_of(st.sampled_from(HOSTILE_STRINGS), _text(40), _text(300))
+
+
+def _rule(check: Callable[[str], object]) -> Callable[[str], bool]:
+    def ok(value: str) -> bool:
+        try:
+            check(value)
+        except NodeValidationError:  # InvalidPathError included
+            return False
+        return True
+
+    return ok
+
+
+def _storable(value: str) -> bool:
+    return _rule(lambda v: validate_content("p/x", v))(value)
+
+
+@dataclass(frozen=True)
+class Field:
+    """A string field of a request: where it goes, which rule it obeys, how a refusal names it."""
+
+    name: str
+    verbs: tuple[str, ...]
+    ok: Callable[[str], bool]
+    named: str
+    reason: RejectionReason = RejectionReason.VALIDATION_FAILED
+
+    def place(self, verb: str) -> str:
+        """The dotted place of the field in ``verb``'s request (a bulk request's first node)."""
+        return self.name.replace("node.", "nodes.0.", 1) if verb == "create_nodes" else self.name
+
+
+NODE_VERBS = ("create_node", "create_nodes", "update_node")
+ALL_VERBS = (*NODE_VERBS, "delete_node", "move_node")
+FIELDS = [
+    Field("request_id", ALL_VERBS, _rule(validate_request_id), "request_id"),
+    Field("access.user", ALL_VERBS, _rule(validate_user_id), "access.user"),
+    Field("access.on_behalf_of", ALL_VERBS, _rule(validate_label), "access.on_behalf_of"),
+    Field("node.created_by", NODE_VERBS, _rule(validate_user_id), "created_by"),
+    Field("node.request_id", NODE_VERBS, _rule(validate_request_id), "request_id"),
+    Field("node.node_type", NODE_VERBS, lambda v: re.fullmatch(NODE_TYPE_PATTERN, v) is not None,
+          "node_type"),
+    Field("node.path", NODE_VERBS, _rule(lambda v: validate_path(v, allow_reserved=False)), "path",
+          RejectionReason.INVALID_PATH),
+    Field("path", ("delete_node",), _rule(lambda v: validate_path(v, allow_reserved=False)),
+          "path", RejectionReason.INVALID_PATH),
+    Field("source", ("move_node",), _rule(lambda v: validate_path(v, allow_reserved=False)),
+          "source", RejectionReason.INVALID_PATH),
+    Field("target", ("move_node",), _rule(lambda v: validate_path(v, allow_reserved=False)),
+          "target", RejectionReason.INVALID_PATH),
+    Field("node.content.<key>", NODE_VERBS, _storable, "content"),
+    Field("node.content.k", NODE_VERBS, _storable, "content"),
+]
+FIELD_VERBS = [(field, verb) for field in FIELDS for verb in field.verbs]
+
+BODIES: dict[str, dict[str, Any]] = {
+    "create_node": {"node": {"path": "q/new", "node_type": "Note", "content": {"v": 1}}},
+    "create_nodes": {"nodes": [{"path": "q/new", "content": {"v": 1}}, {"path": "q/two"}]},
+    "update_node": {"node": {"path": "p/existing", "content": {"v": 2}}},
+    "delete_node": {"path": "p/existing"},
+    "move_node": {"source": "p/existing", "target": "q/moved"},
+}
+MODELS: dict[str, type[BaseModel]] = {
+    "create_node": CreateNodeRequest,
+    "create_nodes": CreateNodesRequest,
+    "update_node": UpdateNodeRequest,
+    "delete_node": DeleteNodeRequest,
+    "move_node": MoveNodeRequest,
+}
+ANSWERS = {None, *REFUSALS, RejectionReason.FORBIDDEN}
+"""What a hostile request may be answered: success or a verdict; never UNKNOWN or UNAVAILABLE."""
+
+
+def _request(verb: str, field: Field, value: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(json.dumps(BODIES[verb]))
+    body.update(access={"user": "alice"}, request_id="req-h")
+    if verb == "create_nodes":
+        body["nodes"][1]["content"] = {}
+    target: Any = body
+    *parents, last = field.place(verb).split(".")
+    for part in parents:
+        target = target[int(part)] if isinstance(target, list) else target.setdefault(part, {})
+    if last == "<key>":
+        target.clear()
+        target[value] = 1
+    else:
+        target[last] = value
+    return body
+
+
+def _constructed(verb: str, body: dict[str, Any]) -> Any:
+    """``body`` as the verb's model, built without validation (``model_construct`` throughout)."""
+    fields = dict(body)
+    fields["access"] = AccessContext.model_construct(**fields["access"])
+    if "node" in fields:
+        fields["node"] = MeshNode.model_construct(**fields["node"])
+    if "nodes" in fields:
+        fields["nodes"] = tuple(MeshNode.model_construct(**node) for node in fields["nodes"])
+    return MODELS[verb].model_construct(**fields)
+
+
+def _as_sent(verb: str, field: Field, body: dict[str, Any], form: str) -> Any:
+    """The request in ``form``: JSON text, a mapping, or a model (built with validation; when the
+    model refuses the value in-process it must name the field, and the mesh then gets the same
+    request built without validation, which it must refuse all the same)."""
+    if form == "json":
+        return json.dumps(body)
+    if form == "mapping":
+        return body
+    try:
+        return MODELS[verb].model_validate(body)
+    except ValidationError as exc:
+        places = {".".join(str(p) for p in error["loc"]) for error in exc.errors()}
+        expected = field.place(verb)
+        if "<key>" in expected:
+            expected = expected.rsplit(".", 1)[0]
+        assert any(place.startswith(expected) for place in places), (places, field.name)
+    return _constructed(verb, body)
+
+
+async def _answers(source: Observable[Any]) -> list[Any]:
+    got: list[Any] = []
+    done = asyncio.Event()
+
+    def on_error(exc: Exception) -> None:
+        got.append(exc)
+        done.set()
+
+    subscription = source.subscribe(got.append, on_error, done.set)
+    try:
+        await asyncio.wait_for(done.wait(), 10.0)
+        await asyncio.sleep(0)
+    finally:
+        subscription.dispose()
+    return got
+
+
+async def _seed(mesh: Mesh) -> None:
+    await mesh.create(MeshNode(path="p/existing", content={"v": 0}), access=AccessContext(**ALICE))
+
+
+async def _ask(mesh: Mesh, verb: str, request: Any) -> Any:
+    method: Callable[[Any], Observable[Any]] = getattr(mesh, verb)
+    got = await _answers(method(request))  # a verb never raises: an exception fails the test
+    assert len(got) == 1, f"{verb} answered {len(got)} times: {got}"
+    assert not isinstance(got[0], BaseException), f"{verb} errored: {got[0]!r}"
+    return got[0]
+
+
+def _judge(answer: Any, verb: str, field: Field, value: str) -> None:
+    """The properties of one answer to a request with ``value`` in ``field``."""
+    reason = answer.rejection_reason
+    assert reason in ANSWERS, (reason, answer.error)
+    error = answer.error or ""
+    if not field.ok(value):
+        assert reason is field.reason, (verb, field.name, value, reason, error)
+        assert field.named in error, (field.named, error)
+    elif reason in {RejectionReason.INVALID_PATH, RejectionReason.VALIDATION_FAILED}:
+        # A valid value is never refused for a string rule; only a path may name no node.
+        assert field.reason is RejectionReason.INVALID_PATH, (field.name, value, error)
+        assert "no node at" in error or "reserved" in error, error
+
+
+def _memory_rows(store: InMemoryStore) -> list[tuple[Any, ...]]:
+    return [
+        (n.path, n.node_type, n.content, n.version, n.created_by, n.request_id)
+        for n in store.nodes()
+    ]
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    field_verb=st.sampled_from(FIELD_VERBS),
+    value=hostile_strings,
+    form=st.sampled_from(["model", "mapping", "json"]),
+)
+def test_a_hostile_string_in_any_field_of_any_verb_is_answered_once_and_refused_by_its_rule(
+    field_verb: tuple[Field, str], value: str, form: str
+) -> None:
+    field, verb = field_verb
+
+    async def run() -> None:
+        store = InMemoryStore()
+        mesh = Mesh(store, retry_delays=(0.001,), ledger=PendingWriteLedger(journal_dir=None))
+        try:
+            await _seed(mesh)
+            before = _memory_rows(store)
+            body = _request(verb, field, value)
+            answer = await _ask(mesh, verb, _as_sent(verb, field, body, form))
+            _judge(answer, verb, field, value)
+            if not answer.success:
+                assert _memory_rows(store) == before, "a refused request changed or healed rows"
+        finally:
+            mesh.dispose()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("form", ["model", "mapping", "json"])
+@pytest.mark.parametrize(("field", "verb"), FIELD_VERBS, ids=lambda v: getattr(v, "name", v))
+def test_every_field_of_every_verb_refuses_a_nul_and_a_lone_surrogate(
+    field: Field, verb: str, form: str
+) -> None:
+    """The example-based floor under the property above: NUL and a lone surrogate, everywhere."""
+
+    async def run() -> None:
+        for value in ("x\x00", "x\ud800"):
+            store = InMemoryStore()
+            mesh = Mesh(store, retry_delays=(0.001,), ledger=PendingWriteLedger(journal_dir=None))
+            try:
+                await _seed(mesh)
+                before = _memory_rows(store)
+                body = _request(verb, field, value)
+                answer = await _ask(mesh, verb, _as_sent(verb, field, body, form))
+                _judge(answer, verb, field, value)
+                assert answer.rejection_reason is field.reason
+                assert _memory_rows(store) == before
+            finally:
+                mesh.dispose()
+
+    asyncio.run(run())
+
+
+_PG_EXAMPLES = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def pg_family() -> Iterator[str]:
+    """A schema-prefix family for the cross-store examples (each gets its own prefix)."""
+    require_server(PG_DSN, 5432, "PostgreSQL")
+    family = f"rxq{uuid.uuid4().hex[:5]}"
+    yield family
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(PG_DSN, timeout=5.0)
+        try:
+            for row in await conn.fetch(
+                "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", family
+            ):
+                await conn.execute(f"DROP SCHEMA {quote_identifier(row[0])} CASCADE")
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())
+
+
+async def _pg_rows(prefix: str) -> list[tuple[Any, ...]]:
+    """Every row of every schema of ``prefix`` (system records included), as the memory rows."""
+    conn = await asyncpg.connect(PG_DSN, timeout=5.0)
+    try:
+        rows: list[tuple[Any, ...]] = []
+        for schema in await conn.fetch(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", prefix
+        ):
+            rows.extend(
+                (r["path"], r["node_type"], None if r["c"] is None else json.loads(r["c"]),
+                 r["version"], r["created_by"], r["request_id"])
+                for r in await conn.fetch(
+                    "SELECT path, node_type, content::text AS c, version, created_by, request_id"
+                    f" FROM {quote_identifier(schema[0])}.nodes"
+                )
+            )
+        return sorted(rows, key=lambda row: row[0])
+    finally:
+        await conn.close()
+
+
+@pytest.mark.postgres
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    field_verb=st.sampled_from(FIELD_VERBS),
+    value=hostile_strings,
+    form=st.sampled_from(["model", "mapping", "json"]),
+)
+def test_postgres_gives_a_hostile_string_the_same_answer_as_the_memory_store(
+    pg_family: str, field_verb: tuple[Field, str], value: str, form: str
+) -> None:
+    field, verb = field_verb
+    prefix = f"{pg_family}{next(_PG_EXAMPLES):04d}_"
+
+    async def run() -> None:
+        memory = InMemoryStore()
+        postgres = PostgresStore(PG_DSN, schema_prefix=prefix, max_size=2)
+        await postgres.start()
+        got: dict[str, Any] = {}
+        try:
+            for name, store in (("memory", memory), ("postgres", postgres)):
+                ledger = PendingWriteLedger(journal_dir=None)
+                mesh = Mesh(store, retry_delays=(0.01,), ledger=ledger)
+                try:
+                    await _seed(mesh)
+                    before = _memory_rows(memory) if name == "memory" else await _pg_rows(prefix)
+                    body = _request(verb, field, value)
+                    answer = await _ask(mesh, verb, _as_sent(verb, field, body, form))
+                    _judge(answer, verb, field, value)
+                    after = _memory_rows(memory) if name == "memory" else await _pg_rows(prefix)
+                    if not answer.success:
+                        assert after == before, f"a refused request changed {name}'s rows"
+                    got[name] = answer
+                finally:
+                    mesh.dispose()
+        finally:
+            await postgres.close()
+        assert got["postgres"].rejection_reason == got["memory"].rejection_reason, (
+            got["postgres"].error, got["memory"].error
+        )
+        if not got["memory"].success:
+            assert got["postgres"].error == got["memory"].error
+
+    asyncio.run(run())
