@@ -21,11 +21,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol
 
 from loguru import logger
 
 __all__ = [
+    "DEFAULT_MALFORMED_WINDOW",
+    "ChangeFeedCheck",
+    "ChangeFeedSnapshot",
+    "ChangeFeedSource",
     "HealthCheck",
     "HealthCheckResult",
     "HealthRegistry",
@@ -427,3 +431,126 @@ class LiveRecordCensusCheck:
         return HealthCheckResult.healthy(
             f"{self.PREFIX}: {_records(reading.records)} watched", data
         )
+
+
+# -- the change feed check ------------------------------------------------------------------------
+
+DEFAULT_MALFORMED_WINDOW = 300.0
+"""Seconds a change feed's check stays DEGRADED after the latest malformed notification."""
+
+
+class ChangeFeedSnapshot(Protocol):
+    """What :class:`ChangeFeedCheck` reads from a store's change feed (a frozen snapshot, e.g.
+    :class:`rxmesh.providers.postgres.ChangeFeedStatistics`).
+
+    ``state`` is one of ``"not started"``, ``"listening"``, ``"lost"`` (recovering by itself),
+    ``"stopped"`` (will not recover by itself) or ``"closed"``.
+    """
+
+    @property
+    def store(self) -> str: ...
+    @property
+    def channel(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def notifications(self) -> int: ...
+    @property
+    def malformed_notifications(self) -> int: ...
+    @property
+    def last_malformed_at(self) -> datetime | None: ...
+    @property
+    def last_malformed_reason(self) -> str | None: ...
+    @property
+    def gaps_declared(self) -> int: ...
+    @property
+    def lost_since(self) -> datetime | None: ...
+    @property
+    def lost_reason(self) -> str | None: ...
+
+
+class ChangeFeedSource(Protocol):
+    """A store whose change feed can be checked (``PostgresStore`` is one)."""
+
+    def feed_statistics(self) -> ChangeFeedSnapshot:
+        """The feed's current state and counters."""
+        ...
+
+
+class ChangeFeedCheck:
+    """The health check of a store's change feed (LISTEN/NOTIFY, SPEC §11).
+
+    HEALTHY "change feed listening on <channel>". DEGRADED "change feed lost since <time>:
+    <reason>; recovering" while it re-connects or restarts a task (a gap is declared once it is
+    back), and "change feed listening on <channel>; N malformed notifications skipped (last at
+    <time>: <reason>)" for ``malformed_window`` seconds after the latest payload that did not
+    parse. DEGRADED "change feed not started" before the store starts. UNHEALTHY when it will not
+    come back by itself: "stopped" (a feed task was cancelled from outside the store) or
+    "closed". Register it as a readiness check: it depends on the store.
+
+    Example:
+        ```python
+        registry.register("change-feed", ChangeFeedCheck(store), tags=("ready",))
+        ```
+
+    Args:
+        source: the store (anything with ``feed_statistics()``).
+        malformed_window: seconds to stay DEGRADED after a malformed notification.
+        clock: the current time (UTC); injectable for tests.
+    """
+
+    def __init__(
+        self,
+        source: ChangeFeedSource,
+        *,
+        malformed_window: float = DEFAULT_MALFORMED_WINDOW,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        if not malformed_window >= 0:
+            raise ValueError(f"malformed_window must be >= 0 seconds, got {malformed_window!r}")
+        self._source = source
+        self._window = malformed_window
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    def __call__(self) -> HealthCheckResult:
+        """The feed's current health."""
+        feed = self._source.feed_statistics()
+        state = str(feed.state)
+        data: dict[str, Any] = {
+            "store": feed.store,
+            "channel": feed.channel,
+            "state": state,
+            "notifications": feed.notifications,
+            "malformedNotifications": feed.malformed_notifications,
+            "gapsDeclared": feed.gaps_declared,
+        }
+        if feed.last_malformed_at is not None:
+            data["lastMalformedAt"] = _stamp(feed.last_malformed_at)
+            data["lastMalformedReason"] = feed.last_malformed_reason
+        since = "" if feed.lost_since is None else f" since {_stamp(feed.lost_since)}"
+        if feed.lost_since is not None:
+            data["lostSince"] = _stamp(feed.lost_since)
+            data["lostReason"] = feed.lost_reason
+        if state == "lost":
+            return HealthCheckResult.degraded(
+                f"change feed lost{since}: {feed.lost_reason}; recovering", data
+            )
+        if state == "stopped":
+            return HealthCheckResult.unhealthy(
+                f"change feed stopped{since}: {feed.lost_reason}; it does not resume by itself",
+                data,
+            )
+        if state == "closed":
+            return HealthCheckResult.unhealthy("change feed closed (the store was closed)", data)
+        if state != "listening":
+            return HealthCheckResult.degraded(f"change feed {state}", data)
+        listening = f"change feed listening on {feed.channel}"
+        last = feed.last_malformed_at
+        if last is not None and (self._clock() - last).total_seconds() < self._window:
+            count = feed.malformed_notifications
+            return HealthCheckResult.degraded(
+                f"{listening}; {count} malformed notification{'' if count == 1 else 's'} "
+                f"skipped (last at {_stamp(last)}: {feed.last_malformed_reason})",
+                data,
+            )
+        return HealthCheckResult.healthy(listening, data)
