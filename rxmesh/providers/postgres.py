@@ -20,9 +20,7 @@ import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from types import TracebackType
 from typing import Any, Literal, NoReturn, TypeVar
 from urllib.parse import urlparse
@@ -49,6 +47,17 @@ from rxmesh.model import (
     partition_of,
     validate_path,
 )
+from rxmesh.providers._feed import (
+    BATCH_SIZE,
+    DEFAULT_MALFORMED_LOG_INTERVAL,
+    ChangeFeedState,
+    ChangeFeedStatistics,
+    Entry,
+    FeedBook,
+    MalformedNotificationError,
+    Role,
+    parse_notification,
+)
 from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
 
 __all__ = [
@@ -69,10 +78,6 @@ DEFAULT_SCHEMA_PREFIX = "rxmesh_"
 
 DEFAULT_RECONNECT_BACKOFF: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
 """Delays (s) between re-connect attempts of the change-feed listener; the last one repeats."""
-
-DEFAULT_MALFORMED_LOG_INTERVAL = 60.0
-"""Seconds between two WARNING lines about malformed change-feed notifications (the first is
-logged at once; the ones in between are counted and summarised)."""
 
 _PREFIX_RULE = re.compile(r"[a-z][a-z0-9_]{0,14}")
 _COLUMNS = "path, node_type, content::text AS content, created_by, created_at, version, request_id"
@@ -220,8 +225,8 @@ class PostgresStore:
         self._listen_lock = asyncio.Lock()
         self._lost = asyncio.Event()
         self._notifications: asyncio.Queue[object] = asyncio.Queue()
-        self._tasks: dict[_Role, asyncio.Task[None]] = {}
-        self._feed = _FeedBook(self._name, self._channel, malformed_log_interval, clock)
+        self._tasks: dict[Role, asyncio.Task[None]] = {}
+        self._feed = FeedBook(self._name, self._channel, malformed_log_interval, clock)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -1069,12 +1074,12 @@ class PostgresStore:
     # -- who keeps the feed alive: every feed task is watched; one that ends while the store is
     # open means the feed is LOST (logged, shown by health), restarted, and a gap declared.
 
-    def _spawn(self, role: _Role, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, role: Role, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work, name=f"{self._name} change feed {role}")
         self._tasks[role] = task
         task.add_done_callback(functools.partial(self._on_feed_task_done, role))
 
-    def _on_feed_task_done(self, role: _Role, task: asyncio.Task[None]) -> None:
+    def _on_feed_task_done(self, role: Role, task: asyncio.Task[None]) -> None:
         """A feed task ended. While the store is open that is a loss: report it and recover."""
         if self._closing or self._tasks.get(role) is not task:
             return  # close() stopped it, and reports what it has not seen reported
@@ -1234,16 +1239,16 @@ class PostgresStore:
 
     async def _next_batch(self) -> list[object]:
         payloads = [await self._notifications.get()]
-        while not self._notifications.empty() and len(payloads) < _BATCH_SIZE:
+        while not self._notifications.empty() and len(payloads) < BATCH_SIZE:
             payloads.append(self._notifications.get_nowait())
         return payloads
 
     async def _dispatch_batch(self, payloads: list[object]) -> None:
-        batch: list[_Entry] = []
+        batch: list[Entry] = []
         for payload in payloads:  # each on its own: one bad payload cannot spoil the batch
             try:
-                batch.extend(_parse_notification(payload, self._prefix))
-            except _MalformedNotificationError as bad:
+                batch.extend(parse_notification(payload, self._prefix))
+            except MalformedNotificationError as bad:
                 self._feed.malformed(payload, str(bad))
         deliver = self._changes.observed  # live queries subscribe to it too
         announce = self._answers.observed
@@ -1276,7 +1281,7 @@ class PostgresStore:
         self._feed.lost(_now(), reason)
         self._resume_if_recovered()
 
-    async def _fetch_changed(self, batch: list[_Entry]) -> dict[tuple[str, str], MeshNode]:
+    async def _fetch_changed(self, batch: list[Entry]) -> dict[tuple[str, str], MeshNode]:
         wanted: dict[str, list[str]] = {}
         for schema, path, op, _ in batch:
             if op != "delete":
@@ -1312,295 +1317,3 @@ class PostgresStore:
                 )
                 conn.terminate()
         return found
-
-
-# ------------------------------------------------------------------ change-feed bookkeeping
-
-_Role = Literal["dispatch", "listener"]
-_Entry = tuple[str, str, str, int]
-"""One changed row a NOTIFY announced: ``(schema, path, op, version)``."""
-
-_BATCH_SIZE = 100
-"""Payloads taken from the queue per batch (one row fetch per schema per batch)."""
-_NOTIFY_MAX_BYTES = 8000
-"""PostgreSQL's limit on a NOTIFY payload; a longer one cannot be ours."""
-_MAX_VERSION = 2**63 - 1
-_OPS = frozenset({"upsert", "delete"})
-
-
-class ChangeFeedState(StrEnum):
-    """Where a :class:`PostgresStore`'s change feed stands (``str()`` is the value)."""
-
-    NOT_STARTED = "not started"
-    LISTENING = "listening"
-    """Whole: LISTENing on a live connection, and the dispatcher running."""
-    LOST = "lost"
-    """Lost (connection gone or stalled, or a feed task died) and recovering by itself; a
-    gap is declared once it is whole again."""
-    STOPPED = "stopped"
-    """A feed task was cancelled from outside the store: it does not come back by itself."""
-    CLOSED = "closed"
-
-
-@dataclass(frozen=True, slots=True)
-class ChangeFeedStatistics:
-    """A snapshot of a :class:`PostgresStore`'s change feed (``store.feed_statistics()``).
-
-    Attributes:
-        store: the store's name.
-        channel: the NOTIFY channel (``<schema_prefix>changes``).
-        state: see :class:`ChangeFeedState`.
-        notifications: NOTIFYs received on the channel.
-        malformed_notifications: payloads that did not parse; each was skipped.
-        last_malformed_at: when the latest of those arrived (UTC).
-        last_malformed_reason: why it did not parse.
-        failed_batches: batches whose delivery failed unexpectedly (each declared a gap).
-        subscriber_errors: times a subscriber's ``on_next`` raised (the others still got it).
-        losses: times the feed was declared lost (for any reason).
-        restarts: feed tasks restarted after they ended unexpectedly.
-        gaps_declared: gaps declared, one per recovery.
-        lost_since: when the current loss began; ``None`` while the feed is whole.
-        lost_reason: why it was lost (the first reason of the current loss).
-    """
-
-    store: str
-    channel: str
-    state: ChangeFeedState
-    notifications: int
-    malformed_notifications: int
-    last_malformed_at: datetime | None
-    last_malformed_reason: str | None
-    failed_batches: int
-    subscriber_errors: int
-    losses: int
-    restarts: int
-    gaps_declared: int
-    lost_since: datetime | None
-    lost_reason: str | None
-
-
-class _Throttle:
-    """Lets one log line through per ``interval`` seconds; counts the lines it holds back."""
-
-    def __init__(self, interval: float, clock: Callable[[], float]) -> None:
-        self._interval = interval
-        self._clock = clock
-        self._last: float | None = None
-        self._held = 0
-
-    def _due(self) -> bool:
-        return self._last is None or self._clock() - self._last >= self._interval
-
-    def admit(self) -> int | None:
-        """``None`` if this line must be held back (it is counted); else how many were held
-        back before it (a line may be written now, and should say so)."""
-        if not self._due():
-            self._held += 1
-            return None
-        self._last = self._clock()
-        held, self._held = self._held, 0
-        return held
-
-    def take_held(self, *, force: bool = False) -> int:
-        """How many lines were held back, if a summary of them is due now (else 0)."""
-        if not self._held or not (force or self._due()):
-            return 0
-        self._last = self._clock()
-        held, self._held = self._held, 0
-        return held
-
-
-class _FeedBook:
-    """The change feed's state and counters (one event loop touches it: no lock)."""
-
-    def __init__(
-        self, store: str, channel: str, log_interval: float, clock: Callable[[], float]
-    ) -> None:
-        self.store = store
-        self.channel = channel
-        self.log_interval = log_interval
-        self.state = ChangeFeedState.NOT_STARTED
-        self.stopped = False
-        self.notifications = 0
-        self.malformed_count = 0
-        self.last_malformed_at: datetime | None = None
-        self.last_malformed_reason: str | None = None
-        self.failed_batches = 0
-        self.subscriber_errors = 0
-        self.losses = 0
-        self.restarts = 0
-        self.consecutive_restarts = 0
-        self.gaps = 0
-        self.loss: tuple[datetime, str] | None = None
-        self._malformed_log = _Throttle(log_interval, clock)
-        self._subscriber_log = _Throttle(log_interval, clock)
-
-    def lost(self, at: datetime, reason: str) -> None:
-        """Record a loss; during one already under way, the first time and reason stand."""
-        self.losses += 1
-        if self.loss is None:
-            self.loss = (at, reason)
-
-    def resumed(self) -> None:
-        self.loss = None
-        self.gaps += 1
-
-    def malformed(self, payload: object, reason: str) -> None:
-        self.malformed_count += 1
-        self.last_malformed_at = _now()
-        self.last_malformed_reason = reason
-        held = self._malformed_log.admit()
-        if held is None:
-            return
-        since = f"{held} more since the last report, " if held else ""
-        logger.bind(
-            store=self.store, channel=self.channel, malformed=self.malformed_count
-        ).warning(
-            "store '{}' skipped a malformed change-feed notification on '{}': {}; payload {} "
-            "({}{} skipped in all; reported at most every {:g}s)",
-            self.store,
-            self.channel,
-            reason,
-            _shown(payload),
-            since,
-            self.malformed_count,
-            self.log_interval,
-        )
-
-    def subscriber_error(self, stream: str, exc: Exception) -> None:
-        self.subscriber_errors += 1
-        held = self._subscriber_log.admit()
-        if held is None:
-            return
-        since = f"; {held} more since the last report" if held else ""
-        logger.bind(store=self.store, stream=stream, error_type=type(exc).__name__).opt(
-            exception=exc
-        ).error(
-            "store '{}': a subscriber of {} raised {}: {}; the other subscribers still got "
-            "it ({} in all{})",
-            self.store,
-            stream,
-            type(exc).__name__,
-            exc,
-            self.subscriber_errors,
-            since,
-        )
-
-    def report_held(self, *, force: bool = False) -> None:
-        """Write the summary lines that are due (``force``: whatever was held back)."""
-        if held := self._malformed_log.take_held(force=force):
-            logger.bind(
-                store=self.store, channel=self.channel, malformed=self.malformed_count
-            ).warning(
-                "store '{}' skipped {} more malformed change-feed notification(s) on '{}' "
-                "since the last report ({} in all; the latest: {})",
-                self.store,
-                held,
-                self.channel,
-                self.malformed_count,
-                self.last_malformed_reason,
-            )
-        if held := self._subscriber_log.take_held(force=force):
-            logger.bind(store=self.store).error(
-                "store '{}': subscribers raised {} more time(s) since the last report ({} in all)",
-                self.store,
-                held,
-                self.subscriber_errors,
-            )
-
-    def snapshot(self) -> ChangeFeedStatistics:
-        state = self.state
-        if state is ChangeFeedState.LISTENING and self.stopped:
-            state = ChangeFeedState.STOPPED
-        elif state is ChangeFeedState.LISTENING and self.loss is not None:
-            state = ChangeFeedState.LOST
-        lost_since, lost_reason = self.loss if self.loss is not None else (None, None)
-        return ChangeFeedStatistics(
-            store=self.store,
-            channel=self.channel,
-            state=state,
-            notifications=self.notifications,
-            malformed_notifications=self.malformed_count,
-            last_malformed_at=self.last_malformed_at,
-            last_malformed_reason=self.last_malformed_reason,
-            failed_batches=self.failed_batches,
-            subscriber_errors=self.subscriber_errors,
-            losses=self.losses,
-            restarts=self.restarts,
-            gaps_declared=self.gaps,
-            lost_since=lost_since,
-            lost_reason=lost_reason,
-        )
-
-
-class _MalformedNotificationError(ValueError):
-    """A change-feed payload that does not parse; the message says why."""
-
-
-def _shown(value: object, limit: int = 100) -> str:
-    """``value`` for a log line: ASCII only (any sink can write it), at most ``limit`` chars."""
-    text = ascii(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _parse_notification(payload: object, prefix: str) -> list[_Entry]:
-    """The rows one payload announces: ``[schema, op, [[path, version], ...]]``, all checked.
-
-    Anyone who may connect can NOTIFY on the channel, so nothing is assumed: the schema must be
-    one of this store's (``prefix`` + a valid partition), ``op`` ``"upsert"`` or ``"delete"``,
-    every path valid and in that partition, every version a non-negative bigint (not a bool).
-
-    Raises:
-        _MalformedNotificationError: it does not parse; the message says why.
-    """
-    if not isinstance(payload, str):
-        raise _MalformedNotificationError(f"the payload is {type(payload).__name__}, not text")
-    if len(payload) > _NOTIFY_MAX_BYTES:
-        raise _MalformedNotificationError(
-            f"the payload is {len(payload)} characters long; ours are under {_NOTIFY_MAX_BYTES}"
-        )
-    try:
-        decoded = json.loads(payload)
-    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
-        raise _MalformedNotificationError(
-            f"not JSON ({type(exc).__name__}: {_shown(str(exc), 80)})"
-        ) from None
-    if not isinstance(decoded, list) or len(decoded) != 3:
-        raise _MalformedNotificationError(f"not a [schema, op, rows] array: {_shown(decoded)}")
-    schema, op, rows = decoded
-    if not isinstance(schema, str) or not schema.startswith(prefix):
-        raise _MalformedNotificationError(
-            f"schema {_shown(schema)} is not one of this store's (prefix {prefix!r})"
-        )
-    partition = schema[len(prefix) :]
-    try:
-        validate_path(partition, allow_reserved=False)
-    except ValueError:
-        raise _MalformedNotificationError(
-            f"schema {_shown(schema)} does not name a valid partition"
-        ) from None
-    if "/" in partition:
-        raise _MalformedNotificationError(f"schema {_shown(schema)} does not name a partition")
-    if not isinstance(op, str) or op not in _OPS:
-        raise _MalformedNotificationError(f"op {_shown(op)} is neither 'upsert' nor 'delete'")
-    if not isinstance(rows, list) or not rows:
-        raise _MalformedNotificationError(f"rows {_shown(rows)} is not a non-empty array")
-    entries: list[_Entry] = []
-    for row in rows:
-        if not isinstance(row, list) or len(row) != 2:
-            raise _MalformedNotificationError(f"row {_shown(row)} is not a [path, version] pair")
-        path, version = row
-        try:
-            validate_path(path)
-        except ValueError:
-            raise _MalformedNotificationError(f"path {_shown(path)} is not a valid path") from None
-        if partition_of(path) != partition:
-            raise _MalformedNotificationError(
-                f"path {_shown(path)} is not in partition {partition!r} of its schema"
-            )
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise _MalformedNotificationError(f"version {_shown(version)} is not an integer")
-        if not 0 <= version <= _MAX_VERSION:
-            raise _MalformedNotificationError(f"version {version} is out of range")
-        entries.append((schema, path, op, version))
-    return entries

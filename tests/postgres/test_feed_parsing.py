@@ -16,12 +16,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rxmesh.health import ChangeFeedCheck, HealthRegistry, HealthStatus
-from rxmesh.providers.postgres import (
+from rxmesh.providers._feed import (
     ChangeFeedState,
     ChangeFeedStatistics,
-    _FeedBook,
-    _MalformedNotificationError,
-    _parse_notification,
+    FeedBook,
+    MalformedNotificationError,
+    parse_notification,
 )
 from tests.conftest import LogRecords
 
@@ -78,15 +78,15 @@ MALFORMED: list[tuple[object, str]] = [
 
 @pytest.mark.parametrize(("payload", "why"), MALFORMED)
 def test_a_payload_that_does_not_parse_is_refused_saying_why(payload: object, why: str) -> None:
-    with pytest.raises(_MalformedNotificationError, match=re.escape(why)) as refused:
-        _parse_notification(payload, PREFIX)
+    with pytest.raises(MalformedNotificationError, match=re.escape(why)) as refused:
+        parse_notification(payload, PREFIX)
     assert str(refused.value).isascii()  # any log sink can write it
 
 
 def test_the_reason_shows_hostile_text_as_ascii_and_short() -> None:
     hostile = _payload(PREFIX + "\u202e" + "x" * 500, "upsert", [["p/a", 1]])
-    with pytest.raises(_MalformedNotificationError) as refused:
-        _parse_notification(hostile, PREFIX)
+    with pytest.raises(MalformedNotificationError) as refused:
+        parse_notification(hostile, PREFIX)
     assert str(refused.value).isascii()
     assert len(str(refused.value)) < 200
 
@@ -94,11 +94,11 @@ def test_the_reason_shows_hostile_text_as_ascii_and_short() -> None:
 def test_the_payloads_the_triggers_send_parse() -> None:
     # Negative control: the shape rxmesh's own triggers send is accepted, every row of it.
     rows = [["p/a", 1], ["p/_access/al", 7]]
-    upsert = _parse_notification(_payload(SCHEMA, "upsert", rows), PREFIX)
+    upsert = parse_notification(_payload(SCHEMA, "upsert", rows), PREFIX)
     assert upsert == [(SCHEMA, "p/a", "upsert", 1), (SCHEMA, "p/_access/al", "upsert", 7)]
-    delete = _parse_notification(_payload(SCHEMA, "delete", [["p", 0]]), PREFIX)
+    delete = parse_notification(_payload(SCHEMA, "delete", [["p", 0]]), PREFIX)
     assert delete == [(SCHEMA, "p", "delete", 0)]
-    assert _parse_notification(_payload(PREFIX + "Ab.c-1", "upsert", [["Ab.c-1/x", 2]]), PREFIX)
+    assert parse_notification(_payload(PREFIX + "Ab.c-1", "upsert", [["Ab.c-1/x", 2]]), PREFIX)
 
 
 class FakeClock:
@@ -123,7 +123,7 @@ def test_malformed_notifications_are_logged_once_then_summarised_per_interval(
     log_records: LogRecords,
 ) -> None:
     clock = FakeClock()
-    book = _FeedBook("s", "c", 60.0, clock)
+    book = FeedBook("s", "c", 60.0, clock)
     for _ in range(5):
         book.malformed("hello", "not JSON")
     book.report_held()
@@ -154,7 +154,7 @@ def test_malformed_notifications_are_logged_once_then_summarised_per_interval(
 
 def test_what_was_held_back_is_summarised_when_forced(log_records: LogRecords) -> None:
     clock = FakeClock()
-    book = _FeedBook("s", "c", 60.0, clock)
+    book = FeedBook("s", "c", 60.0, clock)
     book.malformed("a", "not JSON")
     book.malformed("b", "not JSON")
     book.report_held()
