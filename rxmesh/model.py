@@ -67,6 +67,7 @@ __all__ = [
     "validate_label",
     "validate_path",
     "validate_request_id",
+    "validate_stored_text",
     "validate_user_id",
 ]
 
@@ -246,6 +247,13 @@ def validate_request_id(value: object, *, field: str = "request_id") -> str:
     """Return ``value`` if it is a request id (1 to :data:`MAX_REQUEST_ID_LENGTH` characters,
     no NUL, lone surrogate or control character), else raise :class:`NodeValidationError`."""
     return _refuse(field, _request_id_problem(value), value)
+
+
+def validate_stored_text(value: object, *, field: str, max_length: int) -> str:
+    """Return ``value`` if a store can keep it (no NUL, no lone surrogate, at most ``max_length``
+    characters), else raise :class:`NodeValidationError` naming ``field``. The rule of a stored
+    node's ``created_by`` and ``request_id``."""
+    return _refuse(field, _text_problem(value, max_length=max_length, control=False), value)
 
 
 def validate_label(value: object, *, field: str = "on_behalf_of") -> str:

