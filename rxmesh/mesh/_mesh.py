@@ -1135,9 +1135,14 @@ class Mesh:
             access = self._requester(req.access, None)
             validate_path(source, allow_reserved=access.is_system)
             validate_path(target, allow_reserved=access.is_system)
-            for partition in sorted({partition_of(source), partition_of(target)}):
-                heal = partition == partition_of(target) and partition != partition_of(source)
-                await self._bootstrap(partition, access, "move", creating=target, heal=heal)
+            source_partition, target_partition = partition_of(source), partition_of(target)
+            # Permission in the source's partition, then the source itself, and only then heal a
+            # new target partition: a move refused for a missing source writes nothing.
+            await self._bootstrap(source_partition, access, "move", creating=target, heal=False)
+            if await self._ask(self.store.read(source)) is None:
+                raise NodeValidationError(f"no node at '{source}' to move", path=source)
+            if target_partition != source_partition:
+                await self._bootstrap(target_partition, access, "move", creating=target, heal=True)
             try:
                 moved = await self._ask(self.store.move(source, target))
             except StoreConflictError as exc:
