@@ -96,6 +96,12 @@ class CreateNodeResponse(BaseModel):
     ``outcome_unknown`` is set on an UNAVAILABLE answer whose write had left this process before
     the store went away (its connection died mid-call): the node may be durable. Re-issuing the
     same request is still safe — the same ``request_id`` is recognised as this request's row.
+
+    ``recorded_for_reissue`` is set on an UNAVAILABLE answer whose intent the mesh recorded: it
+    will be re-issued once, on evidence that the store answers again, and settle as exactly one
+    verdict on ``mesh.ledger.outcomes``. When it is ``False`` on an UNAVAILABLE answer, the text
+    says why the write will not be re-issued (recording is off, the journal failed, another
+    requester's create of the path is pending, or this is a re-issue already).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -106,6 +112,7 @@ class CreateNodeResponse(BaseModel):
     rejection_reason: RejectionReason | None = None
     error: str | None = None
     outcome_unknown: bool = False
+    recorded_for_reissue: bool = False
 
     @classmethod
     def created(cls, request_id: str, node: MeshNode) -> CreateNodeResponse:
@@ -135,6 +142,11 @@ class CreateNodesResponse(BaseModel):
 
     ``created`` lists what this request wrote; ``already_present`` the paths that existed before
     (skipped, never overwritten); ``not_created`` what was neither (on failure).
+
+    When the store was unreachable, every path of ``not_created`` is in exactly one of
+    ``recorded_for_reissue`` (its intent was recorded: re-issued once on evidence, one verdict on
+    ``mesh.ledger.outcomes``) and ``not_recorded`` (it will NOT be re-issued; the text gives the
+    counts and why).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -146,6 +158,8 @@ class CreateNodesResponse(BaseModel):
     not_created: tuple[MeshNode, ...] = ()
     rejection_reason: RejectionReason | None = None
     error: str | None = None
+    recorded_for_reissue: tuple[str, ...] = ()
+    not_recorded: tuple[str, ...] = ()
 
 
 class UpdateNodeRequest(BaseModel):

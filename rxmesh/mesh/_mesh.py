@@ -45,7 +45,7 @@ from rxmesh.mesh._access import (
     grant_path,
     owner_path,
 )
-from rxmesh.mesh._arms import Judgement, error_for, judge
+from rxmesh.mesh._arms import Judgement, annotate, error_for, judge, unreachable_note
 from rxmesh.model import (
     MAX_CONTENT_BYTES,
     MAX_LABEL_LENGTH,
@@ -602,6 +602,8 @@ class Mesh:
         access: AccessContext | None,
         request_id: str,
         origin: Literal["create", "create_nodes"],
+        *,
+        log: bool = True,
     ) -> _Recorded:
         """Record an UNAVAILABLE create for one re-issue.
 
@@ -609,9 +611,14 @@ class Mesh:
         cannot be written, a value the journal cannot encode, a defect) is logged at ERROR and
         the answer says the write will not be re-issued. Another requester's outstanding intent
         for the same path is never displaced; this one is then not recorded, and says so.
+        ``log=False``: the caller reports failures itself (a bulk summarises them).
         """
         if not self.record_pending_writes:
-            return _Recorded(False, "")
+            return _Recorded(
+                False,
+                " It will not be re-issued by rxmesh: this mesh does not record pending writes.",
+                "this mesh does not record pending writes",
+            )
         requester = access.user if access is not None else (node.created_by or "unknown")
         try:
             intent = PendingWrite(
@@ -619,9 +626,15 @@ class Mesh:
             )
             self.ledger.record(intent)
         except PendingWriteHeldError as exc:
-            logger.bind(event="pending_write_held", path=node.path, request_id=request_id).warning(
-                "pending write for '{}' (request {}) not recorded: {}", node.path, request_id, exc
-            )
+            if log:
+                logger.bind(
+                    event="pending_write_held", path=node.path, request_id=request_id
+                ).warning(
+                    "pending write for '{}' (request {}) not recorded: {}",
+                    node.path,
+                    request_id,
+                    exc,
+                )
             return _Recorded(
                 False,
                 " It will not be re-issued by rxmesh: a create of this path by another "
@@ -630,14 +643,15 @@ class Mesh:
                 "another requester's create of this path is already pending",
             )
         except Exception as exc:  # noqa: BLE001 - logged at ERROR and told in the answer
-            logger.bind(
-                event="journal_failed", path=node.path, error_type=type(exc).__name__
-            ).opt(exception=exc).error(
-                "pending write for '{}' could NOT be recorded: {}: {}",
-                node.path,
-                type(exc).__name__,
-                exc,
-            )
+            if log:
+                logger.bind(
+                    event="journal_failed", path=node.path, error_type=type(exc).__name__
+                ).opt(exception=exc).error(
+                    "pending write for '{}' could NOT be recorded: {}: {}",
+                    node.path,
+                    type(exc).__name__,
+                    exc,
+                )
             why = f"{type(exc).__name__}: {exc}"
             return _Recorded(
                 False,
@@ -679,16 +693,20 @@ class Mesh:
             if unknown:
                 # An attempt's connection died after the INSERT left: it may have committed.
                 error = verdict.annotate(describe_may_have_partially_landed(operation))
+            recorded = False
             if verdict.unreachable and not req.reissued_after_unavailable:
-                error += self._record(
+                outcome = self._record(
                     req.node, access or self._maybe(req), req.request_id, "create"
-                ).note
+                )
+                recorded = outcome.recorded
+                error += outcome.note
             return CreateNodeResponse(
                 request_id=req.request_id,
                 success=False,
                 rejection_reason=verdict.reason,
                 error=error,
                 outcome_unknown=unknown,
+                recorded_for_reissue=recorded,
             )
 
         def backstop() -> CreateNodeResponse:
@@ -988,13 +1006,12 @@ class Mesh:
             if n.path not in state.landed and n.path not in state.already_present
         )
         unreachable = is_store_unreachable(exc)
+        recorded: tuple[str, ...] = ()
+        not_recorded: tuple[str, ...] = ()
         journal_note = ""
-        if unreachable and not req.reissued_after_unavailable:
-            access = req.access or self._maybe(CreateNodeRequest(node=req.nodes[0]))
-            for node in not_created:
-                journal_note = (
-                    self._record(node, access, req.request_id, "create_nodes").note or journal_note
-                )
+        if unreachable and not req.reissued_after_unavailable and not_created:
+            recorded, not_recorded, journal_note = self._record_bulk(req, not_created)
+        diagnosis = unreachable_note()[0] if unreachable and landed else ""
         if landed:
             logger.bind(
                 event="partial_landing",
@@ -1017,12 +1034,15 @@ class Mesh:
                 already_present=tuple(state.already_present),
                 not_created=not_created,
                 rejection_reason=RejectionReason.UNKNOWN,
-                error=(
+                error=annotate(
                     f"{operation} partially landed: {len(landed)} created, {len(not_created)} "
                     f"not created ({type(exc).__name__}: {exc}). "
-                    + describe_may_have_partially_landed(operation)
-                    + journal_note
-                ),
+                    + describe_may_have_partially_landed(operation),
+                    diagnosis,
+                )
+                + journal_note,
+                recorded_for_reissue=recorded,
+                not_recorded=not_recorded,
             )
         verdict = self._judge(exc, operation, "bulk-creating", req.nodes[0].path)
         error = verdict.error
@@ -1035,7 +1055,58 @@ class Mesh:
             not_created=not_created,
             rejection_reason=verdict.reason,
             error=error + (journal_note if verdict.unreachable else ""),
+            recorded_for_reissue=recorded,
+            not_recorded=not_recorded,
         )
+
+    def _record_bulk(
+        self, req: CreateNodesRequest, not_created: tuple[MeshNode, ...]
+    ) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+        """Record every node of an unreachable bulk that did not land; say which were not.
+
+        Returns the paths recorded, the paths not recorded, and the note for the answer: counts
+        and reasons in the text, the lists in the response. Failures are logged once (the first,
+        with its traceback) and summarised, not once per node.
+        """
+        access = req.access or self._maybe(CreateNodeRequest(node=req.nodes[0]))
+        recorded: list[str] = []
+        refused: dict[str, list[str]] = {}  # why -> paths
+        first: _Recorded | None = None
+        for node in not_created:
+            outcome = self._record(
+                node, access, req.request_id, "create_nodes", log=first is None
+            )
+            if outcome.recorded:
+                recorded.append(node.path)
+                continue
+            first = first or outcome
+            refused.setdefault(outcome.why_not, []).append(node.path)
+        not_recorded = tuple(p for paths in refused.values() for p in paths)
+        total = len(not_created)
+        if not not_recorded:
+            return tuple(recorded), (), ""
+        if total == 1 and first is not None:
+            return (), not_recorded, first.note  # one node: the single create's text
+        reasons = "; ".join(
+            f"{len(paths)} because {why} (first: '{paths[0]}')" for why, paths in refused.items()
+        )
+        if len(not_recorded) > 1:
+            logger.bind(
+                event="journal_failed", recorded=len(recorded), not_recorded=len(not_recorded)
+            ).error(
+                "{}: {} of {} pending write(s) recorded, {} NOT recorded: {}",
+                f"Bulk creation of {len(req.nodes)} node(s)",
+                len(recorded),
+                total,
+                len(not_recorded),
+                reasons,
+            )
+        note = (
+            f" {len(recorded)} of the {total} node(s) not created were recorded for one re-issue "
+            f"(listed in recorded_for_reissue); {len(not_recorded)} could NOT be recorded and "
+            f"will not be re-issued (listed in not_recorded): {reasons}."
+        )
+        return tuple(recorded), not_recorded, note
 
     # ------------------------------------------------------------------ update / delete / move
 

@@ -7,6 +7,8 @@ and the failure is logged at ERROR.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from reactivex import operators as ops
 
@@ -88,3 +90,86 @@ async def test_negative_control_a_working_ledger_records_and_promises_a_reissue(
     assert answer.rejection_reason is RejectionReason.UNAVAILABLE
     assert "will not be re-issued" not in (answer.error or "")
     assert [p.path for p in mesh.ledger.pending()] == ["p/x"]
+
+
+class FillingLedger(PendingWriteLedger):
+    """A journaled ledger on a disk that fills up after ``room`` intents."""
+
+    def __init__(self, journal_dir: object, room: int) -> None:
+        super().__init__(journal_dir)  # type: ignore[arg-type]
+        self.room = room
+
+    def record(self, intent: PendingWrite) -> bool:
+        if self.room <= 0:
+            raise JournalError(
+                f"could not write pending-write journal file for {intent.path!r}: "
+                "[Errno 28] No space left on device",
+                path=str(self.journal_dir),
+            )
+        self.room -= 1
+        return super().record(intent)
+
+
+async def test_a_bulk_whose_journaling_partly_failed_says_which_nodes_were_recorded(
+    tmp_path: Path, log_records: LogRecords
+) -> None:
+    """FAILS against the old arm: 16 of 300 journaled, and the answer said only "could NOT be
+    journaled ... for 'p/b299'", with no way to tell the 16 that will be re-issued from the 284
+    that will not."""
+    ledger = FillingLedger(tmp_path / "journal", room=16)
+    mesh, store = make_mesh(ledger=ledger)
+    await mesh.create(doc("p/seed"), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    nodes = tuple(doc(f"p/b{i:03}") for i in range(300))
+    answer = await first_value(
+        mesh.create_nodes(CreateNodesRequest(nodes=nodes, access=ALICE)), timeout=10
+    )
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE
+    assert answer.recorded_for_reissue == tuple(f"p/b{i:03}" for i in range(16))
+    assert answer.not_recorded == tuple(f"p/b{i:03}" for i in range(16, 300))
+    text = answer.error or ""
+    assert "16 of the 300 node(s) not created were recorded" in text
+    assert "284 could NOT be recorded and will not be re-issued" in text
+    assert "No space left on device" in text
+    assert "'p/b016'" in text
+    assert sorted(p.path for p in ledger.pending()) == list(answer.recorded_for_reissue)
+    assert len(list((tmp_path / "journal").glob("*.json"))) == 16
+    journal_errors = [
+        r for r in log_records.at("ERROR") if r["extra"].get("event") == "journal_failed"
+    ]
+    assert len(journal_errors) == 2  # the first failure with its traceback, then one summary
+
+
+async def test_negative_control_a_bulk_fully_recorded_lists_every_node_and_no_note(
+    tmp_path: Path,
+) -> None:
+    mesh, store = make_mesh(ledger=PendingWriteLedger(tmp_path / "journal"))
+    await mesh.create(doc("p/seed"), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    nodes = tuple(doc(f"p/b{i}") for i in range(5))
+    answer = await first_value(
+        mesh.create_nodes(CreateNodesRequest(nodes=nodes, access=ALICE)), timeout=10
+    )
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE
+    assert answer.recorded_for_reissue == tuple(n.path for n in nodes)
+    assert answer.not_recorded == ()
+    assert "will not be re-issued" not in (answer.error or "")
+
+
+async def test_a_single_create_says_whether_it_was_recorded() -> None:
+    mesh, store = make_mesh()
+    await mesh.create(doc("p/seed"), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    recorded = await first_value(
+        mesh.create_node(CreateNodeRequest(node=doc("p/x"), access=ALICE)), timeout=5
+    )
+    assert recorded.recorded_for_reissue is True
+    off, off_store = make_mesh(record_pending_writes=False)
+    await off.create(doc("p/seed"), access=ALICE)
+    off_store.refuse_writes_as_unreachable()
+    unrecorded = await first_value(
+        off.create_node(CreateNodeRequest(node=doc("p/x"), access=ALICE)), timeout=5
+    )
+    assert unrecorded.rejection_reason is RejectionReason.UNAVAILABLE
+    assert unrecorded.recorded_for_reissue is False
+    assert "will not be re-issued" in (unrecorded.error or "")
