@@ -37,11 +37,17 @@ from typing import TextIO
 
 from pydantic import ValidationError
 
-from rxmesh.exceptions import StoreError
+from rxmesh.exceptions import NodeValidationError, StoreError
 from rxmesh.faults import is_store_unreachable
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.mesh import Mesh
-from rxmesh.model import MAX_CONTENT_BYTES, AccessContext, MeshNode, validate_path
+from rxmesh.model import (
+    MAX_CONTENT_BYTES,
+    AccessContext,
+    MeshNode,
+    validate_path,
+    validate_user_id,
+)
 from rxmesh.operations import CreateNodesRequest, CreateNodesResponse, RejectionReason
 from rxmesh.providers import Store
 
@@ -453,6 +459,14 @@ def _window(text: str) -> int:
     return value
 
 
+def _user_id(text: str) -> str:
+    """``--user``: refused by argparse (exit 2, naming the option) unless it is a user id."""
+    try:
+        return validate_user_id(text, field="--user")
+    except NodeValidationError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--user: ")) from exc
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the import's arguments to ``parser``."""
     parser.add_argument("directory", metavar="DIR", help="directory of .json / .jsonl files")
@@ -471,8 +485,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--user",
+        type=_user_id,
         default=DEFAULT_IMPORT_USER,
-        help="requester of the creates (default: %(default)s)",
+        help="requester of the creates, a user id ([A-Za-z0-9._-], see docs/requests.md; "
+        "default: %(default)s)",
     )
     parser.add_argument(
         "--journal-dir",

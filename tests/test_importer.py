@@ -273,3 +273,20 @@ def test_a_judged_batch_refusal_names_every_entry_with_its_file_and_line() -> No
         "a.jsonl:2: FORBIDDEN: 'bob' holds no grant to create in partition 'p'",
     ]
     assert report.exit_status == EXIT_REFUSED
+
+
+def test_an_import_user_that_is_not_a_user_id_is_refused_by_the_command_line() -> None:
+    """FAILS against the old importer: a pydantic ValidationError traceback, not a usage error."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "rxmesh", "import", ".", "--dsn", "memory://", "--user", "a@b"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "argument --user: 'a@b' is not a user id" in result.stderr
+    assert "Traceback" not in result.stderr
