@@ -372,7 +372,13 @@ class Journal:
         name = journal_file_name(intent.path)
         final = self._directory / name
         temp = f".{name}.{os.getpid()}.{next(self._counter)}.tmp"
-        data = encode_journal_file(intent)
+        try:
+            data = encode_journal_file(intent)
+        except ValueError as exc:  # UnicodeEncodeError: a lone surrogate cannot be UTF-8
+            raise JournalError(
+                f"could not encode the pending write for {intent.path!r} as a journal file: {exc}",
+                path=str(final),
+            ) from exc
         try:
             fd = os.open(temp, _WRITE_FLAGS, 0o600, dir_fd=directory)
             try:

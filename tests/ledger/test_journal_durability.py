@@ -174,3 +174,21 @@ def test_without_a_journal_intents_live_in_memory(tmp_path: Path) -> None:
     assert ledger.journal_file("acme/docs/readme") is None
     assert [i.path for i in ledger.pending()] == ["acme/docs/readme"]
     assert ledger.statistics().journal_dir is None
+
+
+def test_an_intent_the_journal_cannot_encode_is_a_journal_error_and_not_recorded(
+    tmp_path: Path,
+) -> None:
+    """A value that is not valid Unicode (a lone surrogate, let in by a model built without
+    validation) cannot be written as UTF-8: the record fails as a JournalError (the mesh's arm
+    then says it will not be re-issued), never a bare UnicodeEncodeError, and nothing is left."""
+    from rxmesh import AccessContext
+
+    ledger = PendingWriteLedger(tmp_path / "journal")
+    hostile = AccessContext.model_construct(user="alice", on_behalf_of="x\ud800")
+    intent = make_intent().model_copy(update={"access": hostile})
+    with pytest.raises(JournalError) as caught:
+        ledger.record(intent)
+    assert isinstance(caught.value.__cause__, UnicodeEncodeError)
+    assert ledger.pending() == ()
+    assert list((tmp_path / "journal").iterdir()) == []
