@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlparse
 
 import pytest
@@ -82,3 +82,13 @@ def log_records() -> Iterator[LogRecords]:
     finally:
         logger.remove(handler)
         logger.disable("rxmesh")
+
+
+@pytest.fixture
+async def prefix(pg_dsn: str) -> AsyncIterator[str]:
+    """A schema prefix of this test's own on the shared server; its schemas are dropped after."""
+    from tests.postgres.kinds import drop_schemas, unique_prefix  # asyncpg only when asked
+
+    name = unique_prefix()
+    yield name
+    await drop_schemas(pg_dsn, name)

@@ -17,7 +17,6 @@ from rxmesh.ledger import PendingWriteLedger
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy, TemporaryPostgresCluster
 from tests.helpers import Outcomes
-from tests.postgres.kinds import drop_schemas, unique_prefix
 
 pytestmark = pytest.mark.postgres
 
@@ -34,13 +33,6 @@ async def proxy(pg_dsn: str) -> AsyncIterator[FaultProxy]:
     target = urlparse(pg_dsn)
     async with FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as running:
         yield running
-
-
-@pytest.fixture
-async def prefix(pg_dsn: str) -> AsyncIterator[str]:
-    name = unique_prefix()
-    yield name
-    await drop_schemas(pg_dsn, name)
 
 
 async def count_rows(dsn: str, schema: str, path: str) -> int:

@@ -8,23 +8,14 @@ still said "no such schema" after its predecessor committed it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
 from rxmesh.aio import first_value
 from rxmesh.model import MeshNode
 from rxmesh.providers.postgres import PostgresStore
-from tests.postgres.kinds import drop_schemas, unique_prefix
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-async def prefix(pg_dsn: str) -> AsyncIterator[str]:
-    name = unique_prefix()
-    yield name
-    await drop_schemas(pg_dsn, name)
 
 
 async def test_concurrent_first_writes_into_new_partitions_never_race_the_schema(

@@ -7,7 +7,6 @@ it), and a restart of a private cluster (never the shared server).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from urllib.parse import urlparse
 
 import asyncpg
@@ -27,19 +26,12 @@ from rxmesh.model import (
 )
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy, TemporaryPostgresCluster
-from tests.postgres.kinds import drop_schemas, started, unique_prefix
+from tests.postgres.kinds import started
 from tests.providers.conftest import Recorder
 
 pytestmark = pytest.mark.postgres
 
 WAIT = 5.0
-
-
-@pytest.fixture
-async def prefix(pg_dsn: str) -> AsyncIterator[str]:
-    name = unique_prefix()
-    yield name
-    await drop_schemas(pg_dsn, name)
 
 
 async def _until(predicate: object, what: str, timeout: float = WAIT) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -52,13 +52,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-async def prefix(pg_dsn: str) -> AsyncIterator[str]:
-    name = unique_prefix()
-    yield name
-    await drop_schemas(pg_dsn, name)
 
 
 async def _notify(

@@ -31,7 +31,6 @@ from rxmesh.operations import CreateNodeResponse
 from rxmesh.operators import reopen_on_transient_fault
 from rxmesh.providers.postgres import PostgresStore
 from tests.helpers import Outcomes
-from tests.postgres.kinds import drop_schemas, unique_prefix
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -41,13 +40,6 @@ CHECK_PROCESS = "check this process before the database"
 
 def doc(path: str, **content: object) -> MeshNode:
     return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
-
-
-@pytest.fixture
-async def prefix(pg_dsn: str) -> AsyncIterator[str]:
-    name = unique_prefix()
-    yield name
-    await drop_schemas(pg_dsn, name)
 
 
 @pytest.fixture
