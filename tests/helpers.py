@@ -3,8 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+from reactivex import Observable
 
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
+
+
+async def answers(
+    source: Observable[Any], *, timeout: float = 10.0, settle: float = 0.0
+) -> list[Any]:
+    """Everything ``source`` emitted, its error included, once it ended (at most ``timeout``
+    seconds), and whatever arrives within ``settle`` seconds more: a second answer would land
+    there. An operation that answers exactly once gives a one-item list."""
+    got: list[Any] = []
+    done = asyncio.Event()
+
+    def on_error(exc: Exception) -> None:
+        got.append(exc)
+        done.set()
+
+    subscription = source.subscribe(got.append, on_error, done.set)
+    try:
+        await asyncio.wait_for(done.wait(), timeout)
+        await asyncio.sleep(settle)
+    finally:
+        subscription.dispose()
+    return got
 
 
 class Outcomes:

@@ -196,17 +196,7 @@ class PendingWriteLedger:
             if replaced:
                 self._counts["replaced"] += 1
             if previous is not None and previous.request_id != intent.request_id:
-                superseded = PendingWriteOutcome(
-                    intent=previous,
-                    verdict=Verdict.DROPPED,
-                    detail=(
-                        f"superseded by request {intent.request_id} of the same requester for "
-                        "the same path, before it was re-issued; that request carries the write"
-                    ),
-                    superseded_by=intent.request_id,
-                )
-                self._counts["superseded"] += 1
-                self._counts[Verdict.DROPPED] += 1
+                superseded = self._supersede(previous, intent, "before it was re-issued")
         logger.bind(
             path=intent.path,
             requester=intent.requester,
@@ -222,6 +212,21 @@ class PendingWriteLedger:
         if superseded is not None:
             self._publish(superseded)
         return True
+
+    def _supersede(self, old: PendingWrite, new: PendingWrite, when: str) -> PendingWriteOutcome:
+        """Count ``old`` settled DROPPED, superseded by ``new`` (same requester and path); the
+        caller publishes the outcome once it has left the lock."""
+        self._counts["superseded"] += 1
+        self._counts[Verdict.DROPPED] += 1
+        return PendingWriteOutcome(
+            intent=old,
+            verdict=Verdict.DROPPED,
+            detail=(
+                f"superseded by request {new.request_id} of the same requester for the same "
+                f"path, {when}; that request carries the write"
+            ),
+            superseded_by=new.request_id,
+        )
 
     def take_all(self) -> list[PendingWrite]:
         """Take every pending intent out for re-issue (oldest first).
@@ -254,17 +259,7 @@ class PendingWriteLedger:
                 self._pending[intent.path] = intent
                 self._newest[intent.path] = intent
                 return True
-            superseded = PendingWriteOutcome(
-                intent=intent,
-                verdict=Verdict.DROPPED,
-                detail=(
-                    f"superseded by request {newest.request_id} for the same path while its "
-                    "re-issue was abandoned; that request carries the write"
-                ),
-                superseded_by=newest.request_id,
-            )
-            self._counts["superseded"] += 1
-            self._counts[Verdict.DROPPED] += 1
+            superseded = self._supersede(intent, newest, "while its re-issue was abandoned")
         self._publish(superseded)
         return False
 

@@ -9,7 +9,6 @@ FAILING against the code before this change.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import uuid
@@ -38,6 +37,7 @@ from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
 from tests.conftest import PG_DSN, require_server
+from tests.helpers import answers
 from tests.mesh.conftest import FAST
 
 NOT_USER_IDS = [
@@ -51,26 +51,8 @@ NOT_LABELS = ["x\x00", "x\ud800", "x\ty", "x" * 257]
 LABELS = ["", "svc-import", "alice@example.com", "Ünïcode 🙂", "x" * 256]
 
 
-async def answers(source: Observable[Any], timeout: float = 5.0) -> list[Any]:
-    """Everything the observable emitted (errors included) once it completed, and a tick more."""
-    got: list[Any] = []
-    done = asyncio.Event()
-
-    def on_error(exc: Exception) -> None:
-        got.append(exc)
-        done.set()
-
-    subscription = source.subscribe(got.append, on_error, done.set)
-    try:
-        await asyncio.wait_for(done.wait(), timeout)
-        await asyncio.sleep(0.01)  # anything late would land here
-    finally:
-        subscription.dispose()
-    return got
-
-
 async def one_answer(source: Observable[Any]) -> Any:
-    got = await answers(source)
+    got = await answers(source, timeout=5.0, settle=0.01)  # anything late would land
     assert len(got) == 1, got
     assert not isinstance(got[0], BaseException), got[0]
     return got[0]

@@ -68,6 +68,8 @@ from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
 from tests.conftest import PG_DSN, LogRecords, require_server
+from tests.helpers import answers
+from tests.postgres.kinds import drop_schemas
 
 ALICE = {"user": "alice"}
 REFUSALS = {
@@ -327,18 +329,7 @@ def pg_prefix() -> Iterator[str]:
     require_server(PG_DSN, 5432, "PostgreSQL")
     prefix = f"rxh{uuid.uuid4().hex[:8]}_"
     yield prefix
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(PG_DSN, timeout=5.0)
-        try:
-            for row in await conn.fetch(
-                "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", prefix
-            ):
-                await conn.execute(f"DROP SCHEMA {quote_identifier(row[0])} CASCADE")
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
+    asyncio.run(drop_schemas(PG_DSN, prefix))
 
 
 async def _pg_mesh(prefix: str) -> tuple[Mesh, PostgresStore]:
@@ -670,30 +661,13 @@ def _as_sent(verb: str, field: Field, body: dict[str, Any], form: str) -> Any:
     return _constructed(verb, body)
 
 
-async def _answers(source: Observable[Any]) -> list[Any]:
-    got: list[Any] = []
-    done = asyncio.Event()
-
-    def on_error(exc: Exception) -> None:
-        got.append(exc)
-        done.set()
-
-    subscription = source.subscribe(got.append, on_error, done.set)
-    try:
-        await asyncio.wait_for(done.wait(), 10.0)
-        await asyncio.sleep(0)
-    finally:
-        subscription.dispose()
-    return got
-
-
 async def _seed(mesh: Mesh) -> None:
     await mesh.create(MeshNode(path="p/existing", content={"v": 0}), access=AccessContext(**ALICE))
 
 
 async def _ask(mesh: Mesh, verb: str, request: Any) -> Any:
     method: Callable[[Any], Observable[Any]] = getattr(mesh, verb)
-    got = await _answers(method(request))  # a verb never raises: an exception fails the test
+    got = await answers(method(request))  # a verb never raises: an exception fails the test
     assert len(got) == 1, f"{verb} answered {len(got)} times: {got}"
     assert not isinstance(got[0], BaseException), f"{verb} errored: {got[0]!r}"
     return got[0]
@@ -805,18 +779,7 @@ def pg_family() -> Iterator[str]:
     require_server(PG_DSN, 5432, "PostgreSQL")
     family = f"rxq{uuid.uuid4().hex[:5]}"
     yield family
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(PG_DSN, timeout=5.0)
-        try:
-            for row in await conn.fetch(
-                "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", family
-            ):
-                await conn.execute(f"DROP SCHEMA {quote_identifier(row[0])} CASCADE")
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
+    asyncio.run(drop_schemas(PG_DSN, family))
 
 
 async def _pg_rows(prefix: str) -> list[tuple[Any, ...]]:
