@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from rxmesh.exceptions import (
     DeliveryErrorType,
@@ -364,13 +364,29 @@ def is_write_outcome_unknown(exc: BaseException | None) -> bool:
     return not any(_proves_not_sent(frame) for frame in exception_chain(exc))
 
 
-def describe_not_attempted(operation: str) -> str:
+def describe_not_attempted(operation: str, *, written: Sequence[str] = ()) -> str:
     """The answer text for an operation the store could not evaluate.
+
+    ``written`` names the system records the attempt DID write before the store went away (a
+    partition heal: its ownership record, root or grant). Then the text says so instead of
+    "Nothing was written", which would be false; the node the caller asked for was not written
+    either way, and retrying the same request stays meaningful (the records are idempotent).
 
     Example:
         >>> describe_not_attempted("Node creation at 'a/b'").startswith("Node creation at 'a/b'")
         True
+        >>> "Nothing was written" in describe_not_attempted("x", written=["a/_owner"])
+        False
     """
+    if written:
+        shown = ", ".join(f"'{path}'" for path in written)
+        return (
+            f"{operation} could not be completed: the data store was unreachable. The node(s) "
+            f"it asked for were not written, but the partition records {shown} were, before the "
+            "store went away (a partition heal; they are idempotent). This is an availability "
+            "failure, not a refusal; retrying the same request (with the same node id) is "
+            "meaningful."
+        )
     return (
         f"{operation} could not be attempted: the data store was unreachable. Nothing was "
         "written. This is an availability failure, not a refusal; retrying the same request "

@@ -275,6 +275,21 @@ class PendingWriteLedger:
             JournalError: the file could not be deleted (the outcome is still published; the
                 next process will re-issue the intent again).
         """
+        self._settle(intent, outcome, strict=True)
+
+    def settle_if_outstanding(self, intent: PendingWrite, outcome: PendingWriteOutcome) -> bool:
+        """:meth:`settle` ``intent`` unless it was settled already (by whoever got there first:
+        its re-issue, or an answer to the caller's own re-issue of the same request).
+
+        Returns:
+            whether this call settled it.
+
+        Raises:
+            JournalError: as :meth:`settle` (the outcome is published all the same).
+        """
+        return self._settle(intent, outcome, strict=False)
+
+    def _settle(self, intent: PendingWrite, outcome: PendingWriteOutcome, *, strict: bool) -> bool:
         if outcome.intent != intent:
             raise ValueError("the outcome is not about the intent being settled")
         key = (intent.path, intent.request_id)
@@ -283,6 +298,8 @@ class PendingWriteLedger:
             if self._in_flight.pop(key, None) is None:
                 pending = self._pending.get(intent.path)
                 if pending is None or pending.request_id != intent.request_id:
+                    if not strict:
+                        return False
                     raise ValueError(
                         f"pending write for {intent.path!r} (request {intent.request_id}) is not "
                         "outstanding; it was settled already or never recorded"
@@ -300,7 +317,7 @@ class PendingWriteLedger:
                     except JournalError as exc:
                         failure = exc
             self._counts[outcome.verdict] += 1
-        self._publish(outcome)
+        self._publish(outcome)  # outside the lock: subscribers may call back into the ledger
         if failure is not None:
             logger.bind(path=intent.path).opt(exception=failure).error(
                 "pending write for {} settled {} but its journal file could not be deleted; "
@@ -309,6 +326,17 @@ class PendingWriteLedger:
                 outcome.verdict.value,
             )
             raise failure
+        return True
+
+    def outstanding(self, path: str, request_id: str) -> PendingWrite | None:
+        """The intent of request ``request_id`` for node ``path`` if it is outstanding (pending,
+        or taken for re-issue and not settled), else ``None``."""
+        with self._lock:
+            taken = self._in_flight.get((path, request_id))
+            if taken is not None:
+                return taken
+            pending = self._pending.get(path)
+            return pending if pending is not None and pending.request_id == request_id else None
 
     def _publish(self, outcome: PendingWriteOutcome) -> None:
         intent = outcome.intent

@@ -127,6 +127,7 @@ class PendingWriteRecovery:
         self._started = False
         self._disposed = False
         self._evidence: abc.DisposableBase = Disposable()
+        self._settlements: abc.DisposableBase = Disposable()
         self._failure: BaseException | None = None
 
     @property
@@ -153,14 +154,17 @@ class PendingWriteRecovery:
             if self._started:
                 return self
             self._started = True
+        settlements = self._ledger.outcomes.subscribe(self._on_settled)
         subscription = self._mesh.store.answers_again.subscribe(
             on_next=self._on_evidence, on_error=self._on_evidence_error
         )
         with self._lock:
             if self._disposed:
                 subscription.dispose()
+                settlements.dispose()
             else:
                 self._evidence = subscription
+                self._settlements = settlements
         return self
 
     def dispose(self) -> None:
@@ -170,6 +174,7 @@ class PendingWriteRecovery:
                 return
             self._disposed = True
             evidence = self._evidence
+            self._settlements.dispose()
             abandoned = list(self._active.values())
             queued = list(self._queue)
             self._active.clear()
@@ -211,6 +216,29 @@ class PendingWriteRecovery:
             )
             self._pump()
 
+    def _on_settled(self, outcome: PendingWriteOutcome) -> None:
+        """An intent was settled. If it was not by its own re-issue (the caller's own re-issue of
+        the request was answered first), call that re-issue off: its work is done, and going on
+        could create again a node the caller has deleted since."""
+        intent = outcome.intent
+        with self._lock:
+            stale = [
+                reissue
+                for reissue in self._active.values()
+                if not reissue.answered
+                and (reissue.intent.path, reissue.intent.request_id)
+                == (intent.path, intent.request_id)
+            ]
+        for reissue in stale:
+            if self._claim(reissue):
+                reissue.disposable.dispose()
+                logger.bind(path=intent.path, request_id=intent.request_id).debug(
+                    "re-issue of pending write for {} called off: it was settled {} meanwhile",
+                    intent.path,
+                    outcome.verdict.value,
+                )
+                self._pump()
+
     def _on_evidence_error(self, error: Exception) -> None:
         self._failure = error
         logger.opt(exception=error).error(
@@ -236,7 +264,10 @@ class PendingWriteRecovery:
                     ):
                         self._pumping = False
                         return
-                    reissue = _Reissue(self._queue.popleft())
+                    intent = self._queue.popleft()
+                    if self._ledger.outstanding(intent.path, intent.request_id) != intent:
+                        continue  # settled while queued (the caller's own re-issue was answered)
+                    reissue = _Reissue(intent)
                     self._active[id(reissue)] = reissue
                 self._start(reissue)
         except BaseException:
@@ -365,7 +396,13 @@ class PendingWriteRecovery:
             return
         reissue.disposable.dispose()
         try:
-            self._ledger.settle(reissue.intent, outcome)
+            if not self._ledger.settle_if_outstanding(reissue.intent, outcome):
+                logger.bind(path=reissue.intent.path).debug(
+                    "re-issue of pending write for {} answered {} after its intent was settled "
+                    "by the caller's own answer; nothing more to settle",
+                    reissue.intent.path,
+                    outcome.verdict.value,
+                )
         except JournalError:
             # settle() published the verdict and logged the failed delete at ERROR with the
             # exception; raising into the mesh's answer stream would only break that stream.

@@ -13,6 +13,7 @@ Order (load-bearing, SPEC §3):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,12 @@ class Judgement:
     fields: dict[str, Any] = field(default_factory=dict)
     diagnosis: str = ""
 
+    @property
+    def judged(self) -> bool:
+        """Whether the request was evaluated and refused (a verdict): not UNAVAILABLE (the store
+        away, or a cancellation) and not UNKNOWN (a defect)."""
+        return self.reason not in (RejectionReason.UNAVAILABLE, RejectionReason.UNKNOWN)
+
     def annotate(self, text: str) -> str:
         """``text`` followed by the diagnosis sentence, when there is one."""
         return annotate(text, self.diagnosis)
@@ -85,6 +92,7 @@ def judge(
     doing: str,
     path: str,
     store: str,
+    written: Sequence[str] = (),
 ) -> Judgement:
     """Classify ``exc`` for the operation ``operation`` ("Node creation at 'a/b'") and log it.
 
@@ -94,6 +102,8 @@ def judge(
         doing: the verb for the log line ("creating").
         path: the node path concerned.
         store: the store's printable name.
+        written: the system records this attempt wrote before the fault (a partition heal); an
+            UNAVAILABLE answer then names them instead of saying "Nothing was written".
     """
     if is_store_unreachable(exc):
         diagnosis, stall_fields = unreachable_note()
@@ -116,7 +126,7 @@ def judge(
         )
         return Judgement(
             RejectionReason.UNAVAILABLE,
-            annotate(describe_not_attempted(operation), diagnosis),
+            annotate(describe_not_attempted(operation, written=written), diagnosis),
             True,
             fields,
             diagnosis,

@@ -33,10 +33,12 @@ from rxmesh.faults import (
     is_write_outcome_unknown,
 )
 from rxmesh.ledger import (
+    JournalError,
     PendingWrite,
     PendingWriteHeldError,
     PendingWriteLedger,
     PendingWriteRecovery,
+    outcome_of,
 )
 from rxmesh.mesh._access import (
     AccessPolicy,
@@ -119,10 +121,16 @@ class _Recorded:
 
 @dataclass
 class _BulkState:
+    """One subscription's bulk attempt. ``landed`` is what THIS attempt wrote (SPEC §3 counts
+    only paths absent in phase 1); ``earlier`` the rows an earlier attempt of the same request
+    wrote (found in phase 1): answered as created, never as a partial landing of this attempt."""
+
     write_started: bool = False
     attempted: list[MeshNode] = field(default_factory=list)
     landed: dict[str, MeshNode] = field(default_factory=dict)
+    earlier: dict[str, MeshNode] = field(default_factory=dict)
     already_present: list[str] = field(default_factory=list)
+    heals: list[str] = field(default_factory=list)
 
 
 def _now() -> datetime:
@@ -540,8 +548,12 @@ class Mesh:
         found = await self._ask(self.store.read_many([root, grant, owner]))
         return PartitionFacts(partition, found.get(root), found.get(grant), found.get(owner))
 
-    async def _write_system(self, node: MeshNode) -> None:
-        """Write a system record; a record already there counts as success (a heal race)."""
+    async def _write_system(self, node: MeshNode, heals: list[str]) -> None:
+        """Write a system record; a record already there counts as success (a heal race).
+
+        A record this attempt did write is appended to ``heals``: an answer that would say
+        "Nothing was written" names it instead.
+        """
         stamped = node.model_copy(
             update={"created_by": SYSTEM_USER, "created_at": _now(), "version": 1}
         )
@@ -549,48 +561,103 @@ class Mesh:
             await self._ask(self.store.write(stamped))
         except StoreConflictError:
             logger.bind(path=node.path).debug("system record '{}' already exists", node.path)
+            return
+        heals.append(node.path)
 
     async def _bootstrap(
-        self, partition: str, access: AccessContext, verb: str, *, creating: str | None, heal: bool
+        self,
+        partition: str,
+        access: AccessContext,
+        verb: str,
+        *,
+        creating: str | None,
+        heals: list[str],
+        heal: bool = True,
+        absent: str | None = None,
     ) -> PartitionFacts:
-        """Read the partition's facts and heal a clean absence; never heal on a failed read.
+        """Authorise ``verb`` in ``partition`` and, with ``heal``, heal a clean absence."""
+        facts = await self._authorise(partition, access, verb, creating=creating, absent=absent)
+        if heal:
+            facts = await self._heal(facts, access, verb, creating=creating, heals=heals)
+        return facts
+
+    async def _authorise(
+        self,
+        partition: str,
+        access: AccessContext,
+        verb: str,
+        *,
+        creating: str | None,
+        absent: str | None = None,
+    ) -> PartitionFacts:
+        """Read the partition's facts and decide; writes nothing (every read fault propagates).
+
+        A partition seen NEW authorises nothing but its own claim (:meth:`_heal`): a verb that
+        needs an existing node there (``absent`` is its refusal) is answered "no node" from this
+        snapshot, whatever another request creates later. Deciding it on the policy's "may open
+        a partition" would let a user with no rights act on a node another user creates in the
+        partition meanwhile (the delete race of issue 20).
 
         Raises :class:`NodeAccessDeniedError` when the policy refuses ``verb``.
         """
         facts = await self._facts(partition, access.user)
         if facts.is_new:
+            if absent is not None:
+                raise NodeValidationError(absent, path=creating)
             if not self.policy.may_open_partition(access, partition):
                 raise NodeAccessDeniedError(
                     f"'{access.user}' may not open the new partition '{partition}'",
                     path=creating,
                 )
-            if not heal:
-                return facts
+            return facts
+        self._check_may(facts, access, verb, creating)
+        return facts
+
+    def _check_may(
+        self, facts: PartitionFacts, access: AccessContext, verb: str, creating: str | None
+    ) -> None:
+        if not self.policy.may(access, verb, facts):
+            raise NodeAccessDeniedError(
+                f"'{access.user}' holds no grant to {verb} in partition '{facts.partition}'",
+                path=creating,
+            )
+
+    async def _heal(
+        self,
+        facts: PartitionFacts,
+        access: AccessContext,
+        verb: str,
+        *,
+        creating: str | None,
+        heals: list[str],
+    ) -> PartitionFacts:
+        """Heal what a clean read found absent (never after a failed read: the read raised):
+        claim a new partition and re-read its facts, then the root and the requester's grant."""
+        partition = facts.partition
+        if facts.is_new:
             await self._write_system(
                 MeshNode(
                     path=owner_path(partition), node_type="Owner", content={"owner": access.user}
-                )
+                ),
+                heals,
             )
             # Read the facts again rather than assume the claim won: another user may have opened
             # the partition in between (their ownership record stands; ours was refused as
             # "already exists"), and must not be handed a grant in someone else's partition.
             facts = await self._facts(partition, access.user)
-        if not self.policy.may(access, verb, facts):
-            raise NodeAccessDeniedError(
-                f"'{access.user}' holds no grant to {verb} in partition '{partition}'",
-                path=creating,
-            )
-        if not heal:
-            return facts
+            self._check_may(facts, access, verb, creating)
         if facts.root is None and creating != partition:
-            await self._write_system(MeshNode(path=partition, node_type="Partition", content={}))
+            await self._write_system(
+                MeshNode(path=partition, node_type="Partition", content={}), heals
+            )
         if facts.grant is None and not facts.system_owned and not access.is_system:
             await self._write_system(
                 MeshNode(
                     path=grant_path(partition, access.user),
                     node_type="Grant",
                     content={"permissions": ["*"]},
-                )
+                ),
+                heals,
             )
         return facts
 
@@ -685,9 +752,10 @@ class Mesh:
         self, req: CreateNodeRequest, access: AccessContext | None, operation: str
     ) -> _Attempt[CreateNodeResponse]:
         write_failures: list[Exception] = []  # this subscription's write attempts that failed
+        heals: list[str] = []  # the system records this subscription's attempt wrote
 
         def on_fault(exc: BaseException) -> CreateNodeResponse:
-            verdict = self._judge(exc, operation, "creating", req.node.path)
+            verdict = self._judge(exc, operation, "creating", req.node.path, heals)
             error = verdict.error
             unknown = verdict.unreachable and any(map(is_write_outcome_unknown, write_failures))
             if unknown:
@@ -700,7 +768,7 @@ class Mesh:
                 )
                 recorded = outcome.recorded
                 error += outcome.note
-            return CreateNodeResponse(
+            response = CreateNodeResponse(
                 request_id=req.request_id,
                 success=False,
                 rejection_reason=verdict.reason,
@@ -708,6 +776,9 @@ class Mesh:
                 outcome_unknown=unknown,
                 recorded_for_reissue=recorded,
             )
+            if verdict.judged:
+                self._settle_by_answer(req, req.node.path, response)
+            return response
 
         def backstop() -> CreateNodeResponse:
             return CreateNodeResponse.fail(
@@ -715,9 +786,11 @@ class Mesh:
             )
 
         async def run() -> CreateNodeResponse:
-            node = await self._create_one(req, write_failures)
+            node = await self._create_one(req, write_failures, heals)
             self._created.on_next(node)
-            return CreateNodeResponse.created(req.request_id, node)
+            response = CreateNodeResponse.created(req.request_id, node)
+            self._settle_by_answer(req, node.path, response)
+            return response
 
         return run, on_fault, backstop
 
@@ -733,11 +806,42 @@ class Mesh:
 
         return self._answer_once(lambda: (run, lambda exc: response, lambda: response))
 
-    def _judge(self, exc: BaseException, operation: str, doing: str, path: str) -> Judgement:
-        return judge(exc, operation=operation, doing=doing, path=path, store=self.store.name)
+    def _judge(
+        self, exc: BaseException, operation: str, doing: str, path: str, heals: Sequence[str] = ()
+    ) -> Judgement:
+        return judge(
+            exc, operation=operation, doing=doing, path=path, store=self.store.name, written=heals
+        )
+
+    def _settle_by_answer(
+        self,
+        req: CreateNodeRequest | CreateNodesRequest,
+        path: str,
+        response: CreateNodeResponse,
+    ) -> None:
+        """The caller's own re-issue of a recorded request was answered: settle the intent now.
+
+        An intent is a promise to re-issue a request that got no answer. Once the same request
+        (same path and request id) is answered by the store — created, or judged — that promise is
+        kept; re-issuing it later could resurrect a node the caller deleted meanwhile (issue 20).
+        The recovery's own re-issues settle themselves.
+        """
+        if req.reissued_after_unavailable:
+            return
+        intent = self.ledger.outstanding(path, req.request_id)
+        if intent is None:
+            return
+        outcome = outcome_of(intent, response)
+        outcome = outcome.model_copy(
+            update={"detail": f"{outcome.detail} (the caller's own re-issue was answered)".strip()}
+        )
+        try:
+            self.ledger.settle_if_outstanding(intent, outcome)
+        except JournalError:
+            pass  # settled and published; the failed delete was logged at ERROR by the ledger
 
     async def _create_one(
-        self, req: CreateNodeRequest, write_failures: list[Exception]
+        self, req: CreateNodeRequest, write_failures: list[Exception], heals: list[str]
     ) -> MeshNode:
         node = req.node
         validate_path(node.path)
@@ -756,7 +860,12 @@ class Mesh:
         except NodeValidationError as exc:
             content_error = exc
         await self._bootstrap(
-            node.partition, access, "create", creating=node.path, heal=content_error is None
+            node.partition,
+            access,
+            "create",
+            creating=node.path,
+            heals=heals,
+            heal=content_error is None,
         )
         if content_error is not None:
             raise content_error
@@ -896,7 +1005,7 @@ class Mesh:
             if existing is None:
                 todo.append(node)
             elif existing.request_id == req.request_id:
-                state.landed[node.path] = existing  # landed by this very request earlier
+                state.earlier[node.path] = existing  # landed by this very request earlier
             else:
                 state.already_present.append(node.path)
         # Phase 3's checks need no store: run them first so a bad batch heals no partition, but
@@ -909,12 +1018,16 @@ class Mesh:
                 content_error = type(exc)(f"entry '{node.path}': {exc}", path=node.path)
                 content_error.__cause__ = exc
                 break
-        for partition in sorted({node.partition for node in todo}):
-            await self._bootstrap(
-                partition, access, "create", creating=None, heal=content_error is None
-            )
+        # Every partition's facts are read and judged before any is healed: a failed read or a
+        # refusal in one partition must not leave another one claimed.
+        judged = [
+            await self._authorise(partition, access, "create", creating=None)
+            for partition in sorted({node.partition for node in todo})
+        ]
         if content_error is not None:
             raise content_error
+        for facts in judged:
+            await self._heal(facts, access, "create", creating=None, heals=state.heals)
         now = _now()
         stamped = [
             node.model_copy(
@@ -945,15 +1058,19 @@ class Mesh:
                     state.landed[path] = row
                 else:
                     state.already_present.append(path)
-        created = tuple(state.landed[p] for p in paths if p in state.landed)
+        mine = {**state.earlier, **state.landed}
+        created = tuple(mine[p] for p in paths if p in mine)
         for node in created:
-            self._created.on_next(node)
-        return CreateNodesResponse(
+            if node.path in state.landed:
+                self._created.on_next(node)
+        response = CreateNodesResponse(
             request_id=req.request_id,
             success=True,
             created=created,
             already_present=tuple(state.already_present),
         )
+        self._settle_bulk_by_answer(req, response)
+        return response
 
     async def _drain(self, source: Observable[T], on_item: Callable[[T], None]) -> None:
         """Subscribe to ``source`` until it completes, calling ``on_item`` for each item."""
@@ -999,11 +1116,10 @@ class Mesh:
         self, req: CreateNodesRequest, state: _BulkState, operation: str, exc: BaseException
     ) -> CreateNodesResponse:
         landed = tuple(n for n in req.nodes if n.path in state.landed)
-        landed_rows = tuple(state.landed[n.path] for n in landed)
+        mine = {**state.earlier, **state.landed}  # this request's rows, earlier attempts included
+        created_rows = tuple(mine[n.path] for n in req.nodes if n.path in mine)
         not_created = tuple(
-            n
-            for n in req.nodes
-            if n.path not in state.landed and n.path not in state.already_present
+            n for n in req.nodes if n.path not in mine and n.path not in state.already_present
         )
         unreachable = is_store_unreachable(exc)
         recorded: tuple[str, ...] = ()
@@ -1030,7 +1146,7 @@ class Mesh:
             return CreateNodesResponse(
                 request_id=req.request_id,
                 success=False,
-                created=landed_rows,
+                created=created_rows,
                 already_present=tuple(state.already_present),
                 not_created=not_created,
                 rejection_reason=RejectionReason.UNKNOWN,
@@ -1044,13 +1160,14 @@ class Mesh:
                 recorded_for_reissue=recorded,
                 not_recorded=not_recorded,
             )
-        verdict = self._judge(exc, operation, "bulk-creating", req.nodes[0].path)
+        verdict = self._judge(exc, operation, "bulk-creating", req.nodes[0].path, state.heals)
         error = verdict.error
         if verdict.unreachable and state.write_started:
             error = verdict.annotate(describe_may_have_partially_landed(operation))
-        return CreateNodesResponse(
+        response = CreateNodesResponse(
             request_id=req.request_id,
             success=False,
+            created=created_rows,
             already_present=tuple(state.already_present),
             not_created=not_created,
             rejection_reason=verdict.reason,
@@ -1058,6 +1175,32 @@ class Mesh:
             recorded_for_reissue=recorded,
             not_recorded=not_recorded,
         )
+        if verdict.judged:
+            self._settle_bulk_by_answer(req, response)
+        return response
+
+    def _settle_bulk_by_answer(
+        self, req: CreateNodesRequest, response: CreateNodesResponse
+    ) -> None:
+        """:meth:`_settle_by_answer` for each node of a bulk the store answered."""
+        created = {node.path: node for node in response.created}
+        present = set(response.already_present)
+        for node in req.nodes:
+            if node.path in created:
+                answer = CreateNodeResponse.created(req.request_id, created[node.path])
+            elif node.path in present:
+                answer = CreateNodeResponse.fail(
+                    req.request_id,
+                    RejectionReason.NODE_ALREADY_EXISTS,
+                    f"a node already exists at '{node.path}'",
+                )
+            elif response.rejection_reason is not None:
+                answer = CreateNodeResponse.fail(
+                    req.request_id, response.rejection_reason, response.error or ""
+                )
+            else:
+                continue
+            self._settle_by_answer(req, node.path, answer)
 
     def _record_bulk(
         self, req: CreateNodesRequest, not_created: tuple[MeshNode, ...]
@@ -1116,30 +1259,38 @@ class Mesh:
         operation: str,
         doing: str,
         path: str,
-        run: Callable[[], Awaitable[MeshNode | None]],
+        run: Callable[[list[str]], Awaitable[MeshNode | None]],
     ) -> Observable[NodeOperationResponse]:
-        def on_fault(exc: BaseException) -> NodeOperationResponse:
-            verdict = self._judge(exc, operation, doing, path)
-            return NodeOperationResponse(
-                request_id=request_id,
-                success=False,
-                rejection_reason=verdict.reason,
-                error=verdict.error,
-            )
+        """Answer a verb once per subscription; ``run(heals)`` does its work, appending to
+        ``heals`` the system records it wrote (so an UNAVAILABLE answer can name them)."""
 
-        def backstop() -> NodeOperationResponse:
-            return NodeOperationResponse(
-                request_id=request_id,
-                success=False,
-                rejection_reason=RejectionReason.UNKNOWN,
-                error=f"{operation} completed without an answer",
-            )
+        def attempt() -> _Attempt[NodeOperationResponse]:
+            heals: list[str] = []  # this subscription's heal writes
 
-        async def answer() -> NodeOperationResponse:
-            node = await run()
-            return NodeOperationResponse(request_id=request_id, success=True, node=node)
+            def on_fault(exc: BaseException) -> NodeOperationResponse:
+                verdict = self._judge(exc, operation, doing, path, heals)
+                return NodeOperationResponse(
+                    request_id=request_id,
+                    success=False,
+                    rejection_reason=verdict.reason,
+                    error=verdict.error,
+                )
 
-        return self._answer_once(lambda: (answer, on_fault, backstop))
+            def backstop() -> NodeOperationResponse:
+                return NodeOperationResponse(
+                    request_id=request_id,
+                    success=False,
+                    rejection_reason=RejectionReason.UNKNOWN,
+                    error=f"{operation} completed without an answer",
+                )
+
+            async def answer() -> NodeOperationResponse:
+                node = await run(heals)
+                return NodeOperationResponse(request_id=request_id, success=True, node=node)
+
+            return answer, on_fault, backstop
+
+        return self._answer_once(attempt)
 
     def update_node(
         self, request: UpdateNodeRequest | Mapping[str, Any] | str | bytes
@@ -1152,14 +1303,17 @@ class Mesh:
             return self._refused(request, exc)
         node = req.node
 
-        async def run() -> MeshNode | None:
+        async def run(heals: list[str]) -> MeshNode | None:
             validate_path(node.path)
             access = self._requester(req.access, node)
             self._fail_fast(node, access)
+            missing = f"no node at '{node.path}' to update"
             existing = await self._ask(self.store.read(node.path))
             if existing is None:
-                raise NodeValidationError(f"no node at '{node.path}' to update", path=node.path)
-            await self._bootstrap(node.partition, access, "update", creating=node.path, heal=False)
+                raise NodeValidationError(missing, path=node.path)
+            await self._authorise(
+                node.partition, access, "update", creating=node.path, absent=missing
+            )
             self._validate_content(node, access)
             updated = await self._ask(self.store.update(node))
             if updated is None:
@@ -1181,12 +1335,15 @@ class Mesh:
             return self._refused(request, exc)
         path = req.path
 
-        async def run() -> MeshNode | None:
+        async def run(heals: list[str]) -> MeshNode | None:
             access = self._requester(req.access, None)
             validate_path(path, allow_reserved=access.is_system)
-            await self._bootstrap(partition_of(path), access, "delete", creating=path, heal=False)
+            missing = f"no node at '{path}' to delete"
+            await self._authorise(
+                partition_of(path), access, "delete", creating=path, absent=missing
+            )
             if not await self._ask(self.store.delete(path)):
-                raise NodeValidationError(f"no node at '{path}' to delete", path=path)
+                raise NodeValidationError(missing, path=path)
             return None
 
         return self._verb(req.request_id, f"Node deletion at '{path}'", "deleting", path, run)
@@ -1202,18 +1359,22 @@ class Mesh:
             return self._refused(request, exc)
         source, target = req.source, req.target
 
-        async def run() -> MeshNode | None:
+        async def run(heals: list[str]) -> MeshNode | None:
             access = self._requester(req.access, None)
             validate_path(source, allow_reserved=access.is_system)
             validate_path(target, allow_reserved=access.is_system)
             source_partition, target_partition = partition_of(source), partition_of(target)
-            # Permission in the source's partition, then the source itself, and only then heal a
-            # new target partition: a move refused for a missing source writes nothing.
-            await self._bootstrap(source_partition, access, "move", creating=target, heal=False)
+            missing = f"no node at '{source}' to move"
+            # Every read first — the source's partition, the source, the target's partition —
+            # and only then heal a new target partition: a refused move writes nothing.
+            await self._authorise(
+                source_partition, access, "move", creating=target, absent=missing
+            )
             if await self._ask(self.store.read(source)) is None:
-                raise NodeValidationError(f"no node at '{source}' to move", path=source)
+                raise NodeValidationError(missing, path=source)
             if target_partition != source_partition:
-                await self._bootstrap(target_partition, access, "move", creating=target, heal=True)
+                facts = await self._authorise(target_partition, access, "move", creating=target)
+                await self._heal(facts, access, "move", creating=target, heals=heals)
             try:
                 moved = await self._ask(self.store.move(source, target))
             except StoreConflictError as exc:

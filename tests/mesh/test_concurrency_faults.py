@@ -1,0 +1,277 @@
+"""Concurrency under faults: the four sequences the model-based check found (issue 20).
+
+Each is minimal and each FAILS against the code before the fix (the docstrings say how).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import reactivex
+from reactivex import operators as ops
+
+from rxmesh import (
+    AccessContext,
+    CreateNodeRequest,
+    CreateNodesRequest,
+    MeshNode,
+    RejectionReason,
+    Verdict,
+)
+from rxmesh.aio import first_value
+from rxmesh.operations import DeleteNodeRequest, MoveNodeRequest, UpdateNodeRequest
+from tests.helpers import Outcomes
+
+from .conftest import ALICE, BOB, make_mesh
+
+CAROL = AccessContext(user="carol")  # holds no grant anywhere
+
+
+
+def doc(path: str, **content: object) -> MeshNode:
+    return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
+
+
+async def test_a_user_without_rights_cannot_delete_a_node_created_concurrently() -> None:
+    """FAILS against the old bootstrap: C's delete was authorised on a facts read that saw
+    ``beta`` new ("may open a partition" was taken as leave to delete), then ran after B had
+    claimed the partition and created ``beta/b``: both succeeded and B's node was gone."""
+    mesh, store = make_mesh()
+    store.fault_next_read("beta", times=2)  # both facts reads retry once: the race widens
+    create, delete = await asyncio.gather(
+        first_value(mesh.create_node(CreateNodeRequest(node=doc("beta/b"), access=BOB))),
+        first_value(mesh.delete_node(DeleteNodeRequest(path="beta/b", access=CAROL))),
+    )
+    assert create.success, create
+    assert not delete.success, delete
+    # Linearised at its facts read, the delete met a partition (hence a node) that did not exist.
+    assert delete.rejection_reason is RejectionReason.VALIDATION_FAILED, delete
+    assert await first_value(store.read("beta/b")) is not None
+    again = await first_value(mesh.delete_node(DeleteNodeRequest(path="beta/b", access=CAROL)))
+    assert again.rejection_reason is RejectionReason.FORBIDDEN
+
+
+async def test_no_verb_is_authorised_by_a_partition_seen_new() -> None:
+    """The same class for update and move: a partition seen new authorises nothing but its own
+    claim, so a verb that needs an existing node there is answered "no node", and writes
+    nothing."""
+    mesh, store = make_mesh()
+    update = await first_value(
+        mesh.update_node(UpdateNodeRequest(node=doc("fresh/x"), access=CAROL))
+    )
+    move = await first_value(
+        mesh.move_node(MoveNodeRequest(source="fresh/x", target="fresh/y", access=CAROL))
+    )
+    delete = await first_value(mesh.delete_node(DeleteNodeRequest(path="fresh/x", access=CAROL)))
+    for answer in (update, move, delete):
+        assert answer.rejection_reason is RejectionReason.VALIDATION_FAILED, answer
+        assert "no node at 'fresh/x'" in (answer.error or "")
+    assert list(store.inner.nodes()) == []
+
+
+async def test_negative_control_the_owner_still_deletes_its_node() -> None:
+    mesh, store = make_mesh()
+    await mesh.create(doc("beta/b"), access=BOB)
+    answer = await first_value(mesh.delete_node(DeleteNodeRequest(path="beta/b", access=BOB)))
+    assert answer.success, answer
+    assert await first_value(store.read("beta/b")) is None
+
+
+async def test_a_verbatim_bulk_reissue_gets_a_verdict_not_a_partial_landing() -> None:
+    """FAILS against the old bulk: the row an earlier attempt of the same request wrote
+    (``alpha/a``) was counted as landed by THIS attempt, so the refusal in ``beta`` became
+    UNKNOWN "partially landed ... the data store became unreachable" with no fault at all."""
+    mesh, store = make_mesh()
+    await mesh.create(doc("beta/b"), access=BOB)  # bob's partition, bob's row
+    request = CreateNodesRequest(nodes=(doc("alpha/a"), doc("beta/b")), access=ALICE)
+    first = await first_value(mesh.create_nodes(request))
+    assert first.success
+    assert first.already_present == ("beta/b",)
+    await mesh.delete("beta/b", access=BOB)
+    again = await first_value(mesh.create_nodes(request))  # the same request, verbatim
+    assert again.rejection_reason is RejectionReason.FORBIDDEN, again
+    assert "partially landed" not in (again.error or "")
+    assert [n.path for n in again.created] == ["alpha/a"]  # this request's row, from before
+    assert [n.path for n in again.not_created] == ["beta/b"]
+
+
+async def test_a_verbatim_bulk_reissue_with_writes_refused_is_unavailable() -> None:
+    """FAILS against the old bulk (UNKNOWN "1 created" for the earlier attempt's row)."""
+    mesh, store = make_mesh()
+    request = CreateNodesRequest(nodes=(doc("alpha/a"), doc("alpha/b")), access=ALICE)
+    await mesh.create(doc("alpha/seed"), access=ALICE)
+    await first_value(mesh.create_nodes(request.model_copy(update={"nodes": (doc("alpha/a"),)})))
+    store.refuse_writes_as_unreachable()
+    again = await first_value(mesh.create_nodes(request))
+    assert again.rejection_reason is RejectionReason.UNAVAILABLE, again
+    assert [n.path for n in again.not_created] == ["alpha/b"]
+
+
+async def test_unavailable_after_a_heal_names_what_was_written() -> None:
+    """FAILS against the old bulk: ``alpha`` was claimed (owner, root and grant written) before
+    the ``beta`` facts read failed, and the answer said "Nothing was written". Now every
+    partition is read before any is healed: nothing is written, and it says so truthfully."""
+    mesh, store = make_mesh(retry_delays=())
+    store.fault_next_read("beta", times=1)
+    answer = await first_value(
+        mesh.create_nodes(CreateNodesRequest(nodes=(doc("alpha/a"), doc("beta/c")), access=ALICE))
+    )
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
+    assert "Nothing was written" in (answer.error or "")
+    assert list(store.inner.nodes()) == []
+
+
+async def test_unavailable_after_a_heal_that_did_write_says_what_it_wrote() -> None:
+    """FAILS against the old arm ("Nothing was written" after ``p/_owner``, ``p`` and
+    ``p/_access/alice`` were written). The heal landed, then the node's own INSERT was refused."""
+    mesh, store = make_mesh(retry_delays=())
+    original = store.write
+    heals = 0
+
+    def write(node: MeshNode):  # type: ignore[no-untyped-def]
+        nonlocal heals
+        if node.path == "p/x":  # the node itself: the store goes away right then
+            store.refuse_writes_as_unreachable()
+        else:
+            heals += 1
+        return original(node)
+
+    store.write = write  # type: ignore[method-assign]
+    answer = await first_value(mesh.create_node(CreateNodeRequest(node=doc("p/x"), access=ALICE)))
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
+    text = answer.error or ""
+    assert "Nothing was written" not in text
+    assert heals == 3
+    for path in ("p/_owner", "'p'", "p/_access/alice"):
+        assert path in text, text
+    assert "same node id" in text
+
+
+async def test_a_cross_partition_move_that_healed_says_what_it_wrote() -> None:
+    mesh, store = make_mesh(retry_delays=())
+    await mesh.create(doc("src/a"), access=ALICE)
+    store_move = store.move
+
+    def move(source: str, target: str):  # type: ignore[no-untyped-def]
+        store.refuse_writes_as_unreachable()
+        return store_move(source, target)
+
+    store.move = move  # type: ignore[method-assign]
+    answer = await first_value(
+        mesh.move_node(MoveNodeRequest(source="src/a", target="dst/a", access=ALICE))
+    )
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
+    assert "Nothing was written" not in (answer.error or "")
+    assert "dst/_owner" in (answer.error or "")
+
+
+async def test_a_node_deleted_by_its_owner_is_not_resurrected_by_the_ledger() -> None:
+    """FAILS against the old ledger: the caller's verbatim re-issue landed, the caller deleted the
+    node, and the ledger's own re-issue (on the next evidence) created it again, LANDED."""
+    mesh, store = make_mesh()
+    await mesh.create(doc("p/seed"), access=ALICE)
+    outcomes = Outcomes(mesh.ledger)
+    store.refuse_writes_as_unreachable()
+    request = CreateNodeRequest(node=doc("p/x"), access=ALICE)
+    first = await first_value(mesh.create_node(request))
+    assert first.recorded_for_reissue
+    store.drop_change_feed()  # the feed is down: no evidence until the gap below
+    store.restore()
+    again = await first_value(mesh.create_node(request))  # the caller re-issues it verbatim
+    assert again.success
+    settled = await outcomes.wait(1)
+    assert [(o.intent.request_id, o.verdict) for o in settled] == [
+        (request.request_id, Verdict.LANDED)
+    ]
+    assert mesh.ledger.pending() == ()
+    await mesh.delete("p/x", access=ALICE)
+    store.resume_change_feed(reason="listener resumed")  # the gap: nothing is left to re-issue
+    await asyncio.sleep(0)
+    assert await first_value(store.read("p/x")) is None
+    stats = mesh.ledger.statistics()
+    assert (stats.settled, stats.pending, stats.in_flight) == (1, 0, 0)  # one verdict, once
+
+
+async def test_a_judged_answer_to_the_callers_reissue_settles_the_intent_too() -> None:
+    mesh, store = make_mesh()
+    await mesh.create(doc("p/seed"), access=ALICE)
+    outcomes = Outcomes(mesh.ledger)
+    store.refuse_writes_as_unreachable()
+    request = CreateNodeRequest(node=doc("p/x"), access=ALICE)
+    await first_value(mesh.create_node(request))
+    store.restore()
+    await mesh.create(doc("p/x"), access=ALICE)  # someone (another request) took the path
+    again = await first_value(mesh.create_node(request))
+    assert again.rejection_reason is RejectionReason.NODE_ALREADY_EXISTS
+    settled = await outcomes.wait(1)
+    assert [(o.intent.request_id, o.verdict) for o in settled] == [
+        (request.request_id, Verdict.ALREADY_PRESENT)
+    ]
+
+
+async def test_negative_control_an_unanswered_reissue_keeps_the_intent() -> None:
+    """The caller's verbatim re-issue met the store away again: the intent stays, one verdict
+    still to come."""
+    mesh, store = make_mesh()
+    await mesh.create(doc("p/seed"), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    request = CreateNodeRequest(node=doc("p/x"), access=ALICE)
+    await first_value(mesh.create_node(request))
+    again = await first_value(mesh.create_node(request))
+    assert again.rejection_reason is RejectionReason.UNAVAILABLE
+    assert [p.request_id for p in mesh.ledger.pending()] == [request.request_id]
+    assert mesh.ledger.statistics().settled == 0
+
+
+async def test_a_verbatim_bulk_reissue_settles_its_nodes_intents() -> None:
+    mesh, store = make_mesh()
+    await mesh.create(doc("p/seed"), access=ALICE)
+    outcomes = Outcomes(mesh.ledger)
+    store.refuse_writes_as_unreachable()
+    request = CreateNodesRequest(nodes=(doc("p/a"), doc("p/b")), access=ALICE)
+    first = await first_value(mesh.create_nodes(request))
+    assert first.recorded_for_reissue == ("p/a", "p/b")
+    store.restore()
+    again = await first_value(mesh.create_nodes(request))
+    assert again.success
+    settled = await outcomes.wait(2)
+    assert sorted((o.intent.path, o.verdict) for o in settled) == [
+        ("p/a", Verdict.LANDED),
+        ("p/b", Verdict.LANDED),
+    ]
+    assert mesh.ledger.pending() == ()
+
+
+
+async def test_a_reissue_in_flight_is_called_off_when_the_callers_own_reissue_lands() -> None:
+    """The ledger's re-issue is stuck in its write when the caller's own re-issue of the same
+    request lands: the intent is settled once (LANDED, by the caller's answer) and the stuck
+    re-issue is disposed, so it cannot create the node again after a later delete."""
+    mesh, store = make_mesh()
+    await mesh.create(doc("p/seed"), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    request = CreateNodeRequest(node=doc("p/x"), access=ALICE)
+    await first_value(mesh.create_node(request))
+    store.restore()
+    original = store.write
+    stuck: list[bool] = []
+
+    def write(node: MeshNode):  # type: ignore[no-untyped-def]
+        if node.path == "p/x" and not stuck:  # the recovery's write: it never answers
+            stuck.append(False)
+            return reactivex.never().pipe(ops.finally_action(lambda: stuck.append(True)))
+        return original(node)
+
+    store.write = write  # type: ignore[method-assign]
+    outcomes = Outcomes(mesh.ledger)
+    store.declare_gap("listener resumed")  # the recovery re-issues; its write hangs
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert stuck == [False]
+    again = await first_value(mesh.create_node(request))
+    assert again.success
+    got = await outcomes.wait(1)
+    assert [(o.intent.request_id, o.verdict) for o in got] == [(request.request_id, Verdict.LANDED)]
+    assert stuck == [False, True]  # the stuck re-issue was disposed
+    assert mesh.recovery is not None
+    assert mesh.recovery.reissuing == 0
