@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from rxmesh.exceptions import (
     DeliveryErrorType,
     DeliveryFailure,
     MeshDisposedError,
     QueryProviderStalledError,
+    RxMeshError,
 )
 
 __all__ = [
@@ -107,7 +108,9 @@ def is_db_frame(exc: BaseException) -> bool:
 
 def _is_network_frame(exc: BaseException) -> bool:
     # TimeoutError, ConnectionError and socket errors are all OSError subclasses in Python 3.
-    return isinstance(exc, OSError)
+    # rxmesh's own verdicts are never network frames, even those with an OSError co-base
+    # (NodeAccessDeniedError is a PermissionError so that ``except PermissionError`` catches it).
+    return isinstance(exc, OSError) and not isinstance(exc, RxMeshError)
 
 
 _MAX_TOTAL_FRAMES = MAX_CHAIN_FRAMES * MAX_CHAIN_FRAMES
@@ -208,13 +211,24 @@ is_store_unreachable = is_transient_connect_fault
 """The same object as :func:`is_transient_connect_fault`, named for the node-operation layer."""
 
 
-def _contains_timeout(exc: BaseException, walk: _Walk) -> bool:
+def _anywhere(
+    exc: BaseException, walk: _Walk, matches: Callable[[BaseException], bool]
+) -> bool:
+    """Whether a frame of ``exc``'s chain, or of ANY branch of a group in it, ``matches``.
+
+    The one walk of the "anywhere" classifiers (a timeout in a cancellation, a disposed mesh, no
+    answer in time, nobody answering): outer -> inner, each group branch on its own path.
+    """
     for frame in walk.frames(exc):
-        if isinstance(frame, TimeoutError):
+        if matches(frame):
             return True
         if isinstance(frame, BaseExceptionGroup):
-            return any(_contains_timeout(b, walk.fork()) for b in frame.exceptions)
+            return any(_anywhere(b, walk.fork(), matches) for b in frame.exceptions)
     return False
+
+
+def _is_timeout(frame: BaseException) -> bool:
+    return isinstance(frame, TimeoutError)
 
 
 def is_cooperative_cancellation(exc: BaseException | None) -> bool:
@@ -233,7 +247,7 @@ def is_cooperative_cancellation(exc: BaseException | None) -> bool:
         target = target.exceptions[0]
     if not isinstance(target, asyncio.CancelledError):
         return False
-    return not _contains_timeout(exc, _Walk())
+    return not _anywhere(exc, _Walk(), _is_timeout)
 
 
 def _infrastructure_frame(frame: BaseException) -> bool:
@@ -258,13 +272,8 @@ def _watch_transient(exc: BaseException, walk: _Walk) -> bool:
     return False
 
 
-def _disposed(exc: BaseException, walk: _Walk) -> bool:
-    for frame in walk.frames(exc):
-        if isinstance(frame, MeshDisposedError):
-            return True
-        if isinstance(frame, BaseExceptionGroup):
-            return any(_disposed(b, walk.fork()) for b in frame.exceptions)
-    return False
+def _is_disposed(frame: BaseException) -> bool:
+    return isinstance(frame, MeshDisposedError)
 
 
 def _first_group(exc: BaseException, walk: _Walk) -> BaseExceptionGroup[BaseException] | None:
@@ -277,7 +286,7 @@ def _first_group(exc: BaseException, walk: _Walk) -> BaseExceptionGroup[BaseExce
 def _watch_transient_branch(exc: BaseException, walk: _Walk) -> bool:
     # A disposed mesh anywhere (in the chain or in any group branch) ends the watch: a group with
     # a disposed branch is not transient in every branch, whatever the one rule says of the rest.
-    if _disposed(exc, walk.fork()):
+    if _anywhere(exc, walk.fork(), _is_disposed):
         return False
     # A group ANYWHERE in the chain decides (SPEC §6): transient only if every branch is, even
     # when a frame outside it (a network error raised from it, say) would pass on its own.
@@ -314,13 +323,6 @@ def _names_no_answer(frame: BaseException) -> bool:
     return False
 
 
-def _no_answer(exc: BaseException, walk: _Walk) -> bool:
-    for frame in walk.frames(exc):
-        if _names_no_answer(frame):
-            return True
-        if isinstance(frame, BaseExceptionGroup):
-            return any(_no_answer(b, walk.fork()) for b in frame.exceptions)
-    return False
 
 
 def is_no_answer_in_time(exc: BaseException | None) -> bool:
@@ -334,7 +336,7 @@ def is_no_answer_in_time(exc: BaseException | None) -> bool:
     """
     if exc is None:
         return False
-    return _no_answer(exc, _Walk())
+    return _anywhere(exc, _Walk(), _names_no_answer)
 
 
 NOT_SENT_SQLSTATES: frozenset[str] = frozenset({"08001", "08004", "57P03", "53300", "53400"})
@@ -429,16 +431,10 @@ def is_coordination_unreachable(exc: BaseException | None) -> bool:
         return False
     if is_no_answer_in_time(exc):
         return True
+    return _anywhere(exc, _Walk(), _nobody_answering)
 
-    def nobody_answering(current: BaseException, walk: _Walk) -> bool:
-        for frame in walk.frames(current):
-            if (
-                isinstance(frame, DeliveryFailure)
-                and frame.error_type is DeliveryErrorType.NO_RESPONDERS
-            ):
-                return True
-            if isinstance(frame, BaseExceptionGroup):
-                return any(nobody_answering(b, walk.fork()) for b in frame.exceptions)
-        return False
 
-    return nobody_answering(exc, _Walk())
+def _nobody_answering(frame: BaseException) -> bool:
+    return (
+        isinstance(frame, DeliveryFailure) and frame.error_type is DeliveryErrorType.NO_RESPONDERS
+    )
