@@ -13,6 +13,9 @@ PermissionError`` catches a missing grant)::
     ├── QueryProviderStalledError         the fan-in's Initial gate fired (NOT a TimeoutError)
     ├── DeliveryFailure                   a NACK that crossed a messaging boundary (``error_type``)
     ├── BuildCoordinationUnreachableError the build-claim handshake got no answer (or NO_RESPONDERS)
+    ├── MalformedWitnessRecordError       a witness record says nothing readable (also a ValueError)
+    ├── JournalError                      the pending-write journal cannot be used or written
+    ├── PendingWriteHeldError             another requester's intent for that path is outstanding
     ├── MeshDisposedError                 the mesh was disposed by its owner
     └── NodeOperationError                UNKNOWN; base of the verbs' errors
         ├── StoreUnavailableError         UNAVAILABLE: not evaluated, nothing written
@@ -37,11 +40,14 @@ __all__ = [
     "DeliveryFailure",
     "InvalidNodeTypeError",
     "InvalidPathError",
+    "JournalError",
+    "MalformedWitnessRecordError",
     "MeshDisposedError",
     "NodeAccessDeniedError",
     "NodeExistsError",
     "NodeOperationError",
     "NodeValidationError",
+    "PendingWriteHeldError",
     "QueryProviderStalledError",
     "RxMeshError",
     "StoreConflictError",
@@ -178,6 +184,43 @@ class DeliveryFailure(RxMeshError):
 class BuildCoordinationUnreachableError(RxMeshError):
     """The build-claim handshake got no answer in time, or nobody answering (a NO_RESPONDERS
     :class:`DeliveryFailure`), every attempt; nothing was verified."""
+
+
+class MalformedWitnessRecordError(RxMeshError, ValueError):
+    """A durable-witness record exists but says nothing readable: not a verdict, and not an
+    absence (see :mod:`rxmesh.prewarm`)."""
+
+
+class JournalError(RxMeshError):
+    """The pending-write journal cannot be used: an unsafe directory, or a write that failed.
+
+    Args:
+        message: what happened, naming the directory or file.
+        path: the directory or file concerned.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class PendingWriteHeldError(RxMeshError):
+    """A pending-write ledger refused an intent: another requester's intent for the same path is
+    outstanding (pending, or taken for re-issue and not settled).
+
+    One requester's intent is never displaced by another's: the first one stands and is
+    re-issued; the refused one is not recorded, and its answer must say it will not be re-issued.
+
+    Args:
+        message: what happened, naming the path.
+        path: the contested node path.
+        holder_request_id: the ``request_id`` of the intent that stands.
+    """
+
+    def __init__(self, message: str, *, path: str, holder_request_id: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.holder_request_id = holder_request_id
 
 
 class MeshDisposedError(RxMeshError):

@@ -32,7 +32,7 @@ from loguru import logger
 from reactivex import Observable, abc
 
 from rxmesh.aio import first_value
-from rxmesh.exceptions import BuildCoordinationUnreachableError
+from rxmesh.exceptions import BuildCoordinationUnreachableError, MalformedWitnessRecordError
 from rxmesh.mesh import Mesh
 from rxmesh.messaging import (
     DEFAULT_COORDINATION_ATTEMPTS,
@@ -84,10 +84,6 @@ _VERDICTS = {
     "NO_GO": WitnessVerdict.NO_GO,
     "UNDETERMINED": WitnessVerdict.UNDETERMINED,
 }
-
-
-class MalformedWitnessRecordError(ValueError):
-    """A witness record exists but says nothing readable: not a verdict, and not an absence."""
 
 
 def default_holder() -> str:

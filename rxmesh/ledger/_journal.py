@@ -40,7 +40,7 @@ from pathlib import Path
 from loguru import logger
 from pydantic import ValidationError
 
-from rxmesh.exceptions import RxMeshError
+from rxmesh.exceptions import JournalError
 from rxmesh.ledger._models import PendingWrite
 
 __all__ = ["JOURNAL_FORMAT", "Journal", "JournalError", "encode_journal_file", "journal_file_name"]
@@ -56,19 +56,6 @@ _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 _MAX_SYMLINKS = 40  # as the kernel's lookup (ELOOP beyond)
 _MAX_FILE_BYTES = 16 * 1024 * 1024
-
-
-class JournalError(RxMeshError):
-    """The pending-write journal cannot be used: an unsafe directory, or a write that failed.
-
-    Args:
-        message: what happened, naming the directory or file.
-        path: the directory or file concerned.
-    """
-
-    def __init__(self, message: str, *, path: str | None = None) -> None:
-        super().__init__(message)
-        self.path = path
 
 
 class _CorruptFile(Exception):

@@ -10,8 +10,8 @@ from loguru import logger
 from reactivex import Observable, abc
 from reactivex.subject import Subject
 
-from rxmesh.exceptions import RxMeshError
-from rxmesh.ledger._journal import Journal, JournalError
+from rxmesh.exceptions import JournalError, PendingWriteHeldError
+from rxmesh.ledger._journal import Journal
 from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
 from rxmesh.operations import Verdict
 
@@ -21,25 +21,6 @@ JOURNAL_DIR_ENV = "RXMESH_PENDING_WRITES_DIR"
 """Environment variable naming the journal directory when the constructor is given none."""
 
 _Key = tuple[str, str]  # (path, request_id)
-
-
-class PendingWriteHeldError(RxMeshError):
-    """:meth:`PendingWriteLedger.record` refused an intent: another requester's intent for the
-    same path is outstanding (pending, or taken for re-issue and not settled).
-
-    One requester's intent is never displaced by another's: the first one stands and is
-    re-issued; the refused one is not recorded, and its answer must say it will not be re-issued.
-
-    Args:
-        message: what happened, naming the path.
-        path: the contested node path.
-        holder_request_id: the ``request_id`` of the intent that stands.
-    """
-
-    def __init__(self, message: str, *, path: str, holder_request_id: str) -> None:
-        super().__init__(message)
-        self.path = path
-        self.holder_request_id = holder_request_id
 
 
 class PendingWriteLedger:
