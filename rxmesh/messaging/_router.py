@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from loguru import logger
 from pydantic import BaseModel
@@ -21,15 +21,35 @@ from rxmesh.messaging._wire import (
     message_type_name,
 )
 
-if TYPE_CHECKING:
-    from rxmesh.messaging._hub import MessageHub
-
-__all__ = ["DEFAULT_PLACEMENT_TIMEOUT", "Activator", "Router", "RouterStatistics"]
+__all__ = ["DEFAULT_PLACEMENT_TIMEOUT", "Activator", "AttachedHub", "Router", "RouterStatistics"]
 
 DEFAULT_PLACEMENT_TIMEOUT = 30.0
 """Seconds a hub may take to be activated before "Placement operation timed out"."""
 
-Activator = Callable[[str], Awaitable["MessageHub"]]
+class AttachedHub(Protocol):
+    """What the router needs of a hub it serves (a :class:`~rxmesh.messaging.MessageHub` is
+    one). A Protocol, so the router does not import the hub that imports it."""
+
+    @property
+    def address(self) -> str:
+        """The address the hub serves."""
+        ...
+
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` has run."""
+        ...
+
+    async def start(self) -> object:
+        """Attach and serve (what it returns is not used)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop serving and detach."""
+        ...
+
+
+Activator = Callable[[str], Awaitable[AttachedHub]]
 """Creates the hub for an address on first use (it is started if it is not yet)."""
 
 
@@ -65,7 +85,7 @@ class Router:
         self._transport: Transport = transport if transport is not None else InProcessTransport()
         self._routes: dict[str, str] = dict(routes or {})
         self._types: dict[str, type[BaseModel]] = {}
-        self._hubs: dict[str, MessageHub] = {}
+        self._hubs: dict[str, AttachedHub] = {}
         self._activators: dict[str, tuple[Activator, float]] = {}
         self._placing: dict[str, asyncio.Lock] = {}
         self._counts = {"sent": 0, "responses": 0, "nacks": 0, "timeouts": 0, "placements": 0}
@@ -115,13 +135,13 @@ class Router:
         ``timeout`` seconds; a slower activation answers "Placement operation timed out"."""
         self._activators[prefix] = (activator, timeout)
 
-    async def attach(self, hub: MessageHub) -> None:
+    async def attach(self, hub: AttachedHub) -> None:
         """Serve ``hub`` at its address (called by :meth:`MessageHub.start`)."""
         if hub.address in self._hubs:
             raise ValueError(f"a hub is already attached at {hub.address!r}")
         self._hubs[hub.address] = hub
 
-    def detach(self, hub: MessageHub) -> None:
+    def detach(self, hub: AttachedHub) -> None:
         """Forget ``hub`` (called by :meth:`MessageHub.close`)."""
         if self._hubs.get(hub.address) is hub:
             del self._hubs[hub.address]
