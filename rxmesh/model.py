@@ -56,12 +56,10 @@ __all__ = [
     "MeshNode",
     "NodeChange",
     "NodeQuery",
-    "NodeStatus",
     "QueryFrame",
     "StoreEvidence",
     "WindowCommitted",
     "is_reserved_path",
-    "parent_of",
     "partition_of",
     "validate_content",
     "validate_label",
@@ -162,12 +160,6 @@ def validate_path(path: object, *, allow_reserved: bool = True) -> str:
 def partition_of(path: str) -> str:
     """The partition (first segment) of a path."""
     return path.split("/", 1)[0]
-
-
-def parent_of(path: str) -> str | None:
-    """The parent path, or ``None`` for a partition root."""
-    head, sep, _ = path.rpartition("/")
-    return head if sep else None
 
 
 def is_reserved_path(path: str) -> bool:
@@ -360,12 +352,6 @@ StoredRequestId = Annotated[
     ),
 ]
 """A row's ``request_id`` as a store keeps it: storable text of at most 128 characters."""
-
-
-class NodeStatus(StrEnum):
-    """Lifecycle of a node row."""
-
-    ACTIVE = "ACTIVE"
 
 
 class MeshNode(BaseModel):

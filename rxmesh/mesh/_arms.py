@@ -14,7 +14,7 @@ Order (load-bearing, SPEC §3):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from loguru import logger
@@ -48,7 +48,6 @@ class Judgement:
     reason: RejectionReason
     error: str
     unreachable: bool = False
-    fields: dict[str, Any] = field(default_factory=dict)
     diagnosis: str = ""
 
     @property
@@ -128,7 +127,6 @@ def judge(
             RejectionReason.UNAVAILABLE,
             annotate(describe_not_attempted(operation, written=written), diagnosis),
             True,
-            fields,
             diagnosis,
         )
     for refusal_type, reason in _REFUSALS:
