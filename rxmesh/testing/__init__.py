@@ -4,6 +4,11 @@
 :class:`~rxmesh.providers.InMemoryStore`) and refuses, faults, stalls or cuts it on demand, logging
 every operation it met. The error factories build the exact chains real providers raise, so
 :mod:`rxmesh.faults` classifies them as it would in production.
+
+Real infrastructure for integration tests: :class:`FaultProxy` (a loopback TCP proxy that resets,
+stalls or refuses), :class:`TemporaryPostgresCluster` (a throwaway server to stop or restart) and
+:class:`TemporaryPgBouncer` (a throwaway transaction-pooling PgBouncer, to test code that runs
+behind a pooler as most production PostgreSQL does).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from rxmesh.testing._fault_store import (
     connection_reset_error,
     unreachable_error,
 )
+from rxmesh.testing._pgbouncer import TemporaryPgBouncer
 from rxmesh.testing._proxy import FaultProxy
 
 __all__ = [
@@ -30,6 +36,7 @@ __all__ = [
     "FaultProxy",
     "FeedMode",
     "Operation",
+    "TemporaryPgBouncer",
     "TemporaryPostgresCluster",
     "connect_timeout_error",
     "connection_reset_error",
