@@ -444,7 +444,11 @@ class ChangeFeedSnapshot(Protocol):
     :class:`rxmesh.providers.postgres.ChangeFeedStatistics`).
 
     ``state`` is one of ``"not started"``, ``"listening"``, ``"lost"`` (recovering by itself),
-    ``"stopped"`` (will not recover by itself) or ``"closed"``.
+    ``"stopped"`` (will not recover by itself), ``"unverified"`` (``start()`` refused: probes
+    sent through the pool never reached the listener) or ``"closed"``. ``verified_at`` and
+    ``probe_round_trip`` say when a delivery probe last arrived and how long it took;
+    ``stale_after`` how old that may get before the feed counts as unverified (``None``: the
+    source does not probe).
     """
 
     @property
@@ -467,6 +471,18 @@ class ChangeFeedSnapshot(Protocol):
     def lost_since(self) -> datetime | None: ...
     @property
     def lost_reason(self) -> str | None: ...
+    @property
+    def verified_at(self) -> datetime | None: ...
+    @property
+    def probe_round_trip(self) -> float | None: ...
+    @property
+    def probes_missed(self) -> int: ...
+    @property
+    def probes_unsent(self) -> int: ...
+    @property
+    def last_probe_failure(self) -> str | None: ...
+    @property
+    def stale_after(self) -> float | None: ...
 
 
 class ChangeFeedSource(Protocol):
@@ -480,13 +496,18 @@ class ChangeFeedSource(Protocol):
 class ChangeFeedCheck:
     """The health check of a store's change feed (LISTEN/NOTIFY, SPEC §11).
 
-    HEALTHY "change feed listening on <channel>". DEGRADED "change feed lost since <time>:
-    <reason>; recovering" while it re-connects or restarts a task (a gap is declared once it is
-    back), and "change feed listening on <channel>; N malformed notifications skipped (last at
-    <time>: <reason>)" for ``malformed_window`` seconds after the latest payload that did not
-    parse. DEGRADED "change feed not started" before the store starts. UNHEALTHY when it will not
-    come back by itself: "stopped" (a feed task was cancelled from outside the store) or
-    "closed". Register it as a readiness check: it depends on the store.
+    HEALTHY "change feed verified 0.4 s ago, probe round trip 1.2 ms": a probe NOTIFY sent
+    through the store's pool arrived on its listener that recently (delivery itself, not just
+    the socket). DEGRADED "change feed not verified for 7.3 s: <why the last probe failed>" once
+    the last verification is older than the source's ``stale_after``; "change feed lost since
+    <time>: <reason>; recovering" while it re-connects or restarts a task (a gap is declared once
+    it is back and verified); and "...; N malformed notifications skipped (last at <time>:
+    <reason>)" for ``malformed_window`` seconds after the latest payload that did not parse.
+    DEGRADED "change feed not started" before the store starts. UNHEALTHY when it will not come
+    back by itself: "unverified" (``start()`` refused: probes sent through the pool never reached
+    the listener), "stopped" (a feed task was cancelled from outside the store) or "closed".
+    A source that does not probe (``stale_after`` is ``None``) is HEALTHY "change feed listening
+    on <channel>" while listening. Register it as a readiness check: it depends on the store.
 
     Example:
         ```python
@@ -540,17 +561,44 @@ class ChangeFeedCheck:
                 f"change feed stopped{since}: {feed.lost_reason}; it does not resume by itself",
                 data,
             )
+        if state == "unverified":
+            return HealthCheckResult.unhealthy(
+                f"change feed unverified: {feed.lost_reason}; the store did not start", data
+            )
         if state == "closed":
             return HealthCheckResult.unhealthy("change feed closed (the store was closed)", data)
         if state != "listening":
             return HealthCheckResult.degraded(f"change feed {state}", data)
-        listening = f"change feed listening on {feed.channel}"
+        now = self._clock()
+        if feed.verified_at is not None:
+            data["verifiedAt"] = _stamp(feed.verified_at)
+        if feed.probe_round_trip is not None:
+            data["probeRoundTripMs"] = round(feed.probe_round_trip * 1000, 3)
+        data["probesMissed"] = feed.probes_missed
+        data["probesUnsent"] = feed.probes_unsent
+        if feed.last_probe_failure is not None:
+            data["lastProbeFailure"] = feed.last_probe_failure
+        if feed.stale_after is None:
+            summary = f"change feed listening on {feed.channel}"
+        else:
+            age = None if feed.verified_at is None else (now - feed.verified_at).total_seconds()
+            if age is None or age > feed.stale_after:
+                since = "yet" if age is None else f"for {age:.1f} s"
+                why = feed.last_probe_failure or "no probe has arrived"
+                return HealthCheckResult.degraded(
+                    f"change feed not verified {since}: {why}", data
+                )
+            round_trip = (feed.probe_round_trip or 0.0) * 1000
+            summary = (
+                f"change feed verified {max(age, 0.0):.1f} s ago, "
+                f"probe round trip {round_trip:.1f} ms"
+            )
         last = feed.last_malformed_at
-        if last is not None and (self._clock() - last).total_seconds() < self._window:
+        if last is not None and (now - last).total_seconds() < self._window:
             count = feed.malformed_notifications
             return HealthCheckResult.degraded(
-                f"{listening}; {count} malformed notification{'' if count == 1 else 's'} "
+                f"{summary}; {count} malformed notification{'' if count == 1 else 's'} "
                 f"skipped (last at {_stamp(last)}: {feed.last_malformed_reason})",
                 data,
             )
-        return HealthCheckResult.healthy(listening, data)
+        return HealthCheckResult.healthy(summary, data)

@@ -8,6 +8,7 @@ Kept apart from the driver code: nothing here imports asyncpg or touches a conne
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from rxmesh.model import partition_of, validate_path
 __all__ = [
     "BATCH_SIZE",
     "DEFAULT_MALFORMED_LOG_INTERVAL",
+    "PROBE_OP",
     "ChangeFeedState",
     "ChangeFeedStatistics",
     "Entry",
@@ -28,6 +30,9 @@ __all__ = [
     "MalformedNotificationError",
     "Role",
     "parse_notification",
+    "parse_probe",
+    "probe_marker",
+    "probe_payload",
 ]
 
 DEFAULT_MALFORMED_LOG_INTERVAL = 60.0
@@ -50,6 +55,12 @@ _NOTIFY_MAX_BYTES = 8000
 _MAX_VERSION = 2**63 - 1
 _OPS = frozenset({"upsert", "delete"})
 
+PROBE_OP = "probe"
+"""The op of a delivery probe's payload, ``[<schema_prefix>, "probe", <token>]``: the prefix
+alone is never a schema of the store (a partition name is never empty), and "probe" is never an
+op of a row change, so a probe cannot be mistaken for one."""
+_PROBE_TOKEN = re.compile(r"[0-9a-f]{1,32}(\.[0-9]{1,20})?")
+
 
 class ChangeFeedState(StrEnum):
     """Where a :class:`PostgresStore`'s change feed stands (``str()`` is the value)."""
@@ -62,6 +73,9 @@ class ChangeFeedState(StrEnum):
     gap is declared once it is whole again."""
     STOPPED = "stopped"
     """A feed task was cancelled from outside the store: it does not come back by itself."""
+    UNVERIFIED = "unverified"
+    """``start()`` refused: a probe NOTIFY sent through the pool never reached the LISTEN
+    connection (a transaction-pooling proxy or a standby in between); the store did not start."""
     CLOSED = "closed"
 
 
@@ -84,6 +98,20 @@ class ChangeFeedStatistics:
         gaps_declared: gaps declared, one per recovery.
         lost_since: when the current loss began; ``None`` while the feed is whole.
         lost_reason: why it was lost (the first reason of the current loss).
+        verified_at: when a probe NOTIFY sent through the pool last arrived on the listener
+            (UTC): delivery itself was verified then, not just the socket.
+        probe_round_trip: seconds from sending that probe to its arrival.
+        probes_sent: probes sent (at ``start()``, on each heartbeat, after each re-connect).
+        probes_verified: probes that arrived within the heartbeat timeout.
+        probes_missed: probes that were sent but did not arrive in time (each one a loss).
+        probes_unsent: probes that could not be sent through the pool (the store unreachable
+            through it, or the pool exhausted); the listener was then checked on its own.
+        foreign_probes: probes of other store instances on the same channel (ignored; a probe
+            is never counted as a notification, nor as malformed).
+        last_probe_failure: why the latest failed probe failed (missed or unsent).
+        last_probe_failure_at: when (UTC).
+        stale_after: seconds after ``verified_at`` past which the feed counts as unverified
+            (``None``: the source does not probe).
     """
 
     store: str
@@ -100,6 +128,16 @@ class ChangeFeedStatistics:
     gaps_declared: int
     lost_since: datetime | None
     lost_reason: str | None
+    verified_at: datetime | None = None
+    probe_round_trip: float | None = None
+    probes_sent: int = 0
+    probes_verified: int = 0
+    probes_missed: int = 0
+    probes_unsent: int = 0
+    foreign_probes: int = 0
+    last_probe_failure: str | None = None
+    last_probe_failure_at: datetime | None = None
+    stale_after: float | None = None
 
 
 class _Throttle:
@@ -137,11 +175,17 @@ class FeedBook:
     """The change feed's state and counters (one event loop touches it: no lock)."""
 
     def __init__(
-        self, store: str, channel: str, log_interval: float, clock: Callable[[], float]
+        self,
+        store: str,
+        channel: str,
+        log_interval: float,
+        clock: Callable[[], float],
+        stale_after: float | None = None,
     ) -> None:
         self.store = store
         self.channel = channel
         self.log_interval = log_interval
+        self.stale_after = stale_after
         self.state = ChangeFeedState.NOT_STARTED
         self.stopped = False
         self.notifications = 0
@@ -155,6 +199,17 @@ class FeedBook:
         self.consecutive_restarts = 0
         self.gaps = 0
         self.loss: tuple[datetime, str] | None = None
+        self.verified_at: datetime | None = None
+        self.probe_round_trip: float | None = None
+        self.probes_sent = 0
+        self.probes_verified = 0
+        self.probes_missed = 0
+        self.probes_unsent = 0
+        self.foreign_probes = 0
+        self.last_probe_failure: str | None = None
+        self.last_probe_failure_at: datetime | None = None
+        self.unverified_reported = False
+        """Whether the current run of unsent probes was logged already (once per run)."""
         self._malformed_log = _Throttle(log_interval, clock)
         self._subscriber_log = _Throttle(log_interval, clock)
 
@@ -167,6 +222,20 @@ class FeedBook:
     def resumed(self) -> None:
         self.loss = None
         self.gaps += 1
+
+    def probe_verified(self, at: datetime, round_trip: float) -> None:
+        self.probes_verified += 1
+        self.verified_at = at
+        self.probe_round_trip = round_trip
+        self.unverified_reported = False
+
+    def probe_failed(self, reason: str, *, sent: bool) -> None:
+        if sent:
+            self.probes_missed += 1
+        else:
+            self.probes_unsent += 1
+        self.last_probe_failure = reason
+        self.last_probe_failure_at = _now()
 
     def malformed(self, payload: object, reason: str) -> None:
         self.malformed_count += 1
@@ -253,6 +322,16 @@ class FeedBook:
             gaps_declared=self.gaps,
             lost_since=lost_since,
             lost_reason=lost_reason,
+            verified_at=self.verified_at,
+            probe_round_trip=self.probe_round_trip,
+            probes_sent=self.probes_sent,
+            probes_verified=self.probes_verified,
+            probes_missed=self.probes_missed,
+            probes_unsent=self.probes_unsent,
+            foreign_probes=self.foreign_probes,
+            last_probe_failure=self.last_probe_failure,
+            last_probe_failure_at=self.last_probe_failure_at,
+            stale_after=self.stale_after,
         )
 
 
@@ -327,3 +406,35 @@ def parse_notification(payload: object, prefix: str) -> list[Entry]:
             raise MalformedNotificationError(f"version {version} is out of range")
         entries.append((schema, path, op, version))
     return entries
+
+
+def probe_marker(prefix: str) -> str:
+    """How every probe payload of ``prefix`` begins (a cheap test before any JSON is decoded)."""
+    return json.dumps([prefix, PROBE_OP])[:-1] + ", "
+
+
+def probe_payload(prefix: str, token: str) -> str:
+    """The payload of a delivery probe: ``[<prefix>, "probe", <token>]``."""
+    return json.dumps([prefix, PROBE_OP, token])
+
+
+def parse_probe(payload: str, prefix: str) -> str:
+    """The token of a probe payload of ``prefix`` (see :func:`probe_payload`).
+
+    Raises:
+        MalformedNotificationError: it looks like a probe but is not one (it is then counted as
+            malformed, like any payload that does not parse).
+    """
+    try:
+        decoded = json.loads(payload) if len(payload) <= 200 else None
+    except ValueError:
+        decoded = None
+    if (
+        not isinstance(decoded, list)
+        or len(decoded) != 3
+        or decoded[:2] != [prefix, PROBE_OP]
+        or not isinstance(decoded[2], str)
+        or not _PROBE_TOKEN.fullmatch(decoded[2])
+    ):
+        raise MalformedNotificationError(f"not a probe of this store's channel: {_shown(payload)}")
+    return decoded[2]

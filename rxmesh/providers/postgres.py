@@ -10,6 +10,12 @@ of NOTIFYs, not 1000); the change feed fetches the rows itself and reports one c
 Every driver/network failure crosses :meth:`PostgresStore._raise_at_boundary`, the ONE place
 where asyncpg's shapes (measured in ``shared/design/asyncpg-faults.md``) become
 :class:`~rxmesh.exceptions.StoreError` with the right sqlstate, ``raise ... from exc``.
+
+Behind a transaction-pooling proxy (PgBouncer, RDS Proxy, Supavisor) every statement may run on
+another server connection, so nothing here keeps session state across transactions: advisory
+locks are transaction-scoped, prepared statements are unnamed when a pooler is detected (asyncpg's
+``statement_cache_size=0``), and the change feed LISTENs on ``listen_dsn`` (a direct connection)
+and is verified end to end: a probe NOTIFY sent through the pool must reach the listener.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ import asyncio
 import functools
 import json
 import re
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Literal, NoReturn, TypeVar
@@ -57,6 +65,9 @@ from rxmesh.providers._feed import (
     MalformedNotificationError,
     Role,
     parse_notification,
+    parse_probe,
+    probe_marker,
+    probe_payload,
 )
 from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
 
@@ -64,9 +75,12 @@ __all__ = [
     "DEFAULT_MALFORMED_LOG_INTERVAL",
     "DEFAULT_RECONNECT_BACKOFF",
     "DEFAULT_SCHEMA_PREFIX",
+    "TARGET_SESSION_ATTRS",
     "ChangeFeedState",
     "ChangeFeedStatistics",
+    "ChangeFeedUnverifiedError",
     "PostgresStore",
+    "PostgresStoreStatistics",
     "quote_identifier",
     "schema_for_partition",
 ]
@@ -79,12 +93,23 @@ DEFAULT_SCHEMA_PREFIX = "rxmesh_"
 DEFAULT_RECONNECT_BACKOFF: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
 """Delays (s) between re-connect attempts of the change-feed listener; the last one repeats."""
 
+TARGET_SESSION_ATTRS: frozenset[str] = frozenset(
+    {"any", "primary", "standby", "prefer-standby", "read-write", "read-only"}
+)
+"""The values asyncpg (like libpq) accepts for ``target_session_attrs``."""
+
 _PREFIX_RULE = re.compile(r"[a-z][a-z0-9_]{0,14}")
 _COLUMNS = "path, node_type, content::text AS content, created_by, created_at, version, request_id"
 _MISSING_SCHEMA = (pgexc.UndefinedTableError, pgexc.InvalidSchemaNameError)
 _DRIVER_FAULTS = (OSError, pgexc.PostgresError, pgexc.InterfaceError, pgexc.InternalClientError)
+_PREPARED_STATEMENT_LOST = (
+    pgexc.InvalidSQLStatementNameError,  # 26000 prepared statement "..." does not exist
+    pgexc.DuplicatePreparedStatementError,  # 42P05 prepared statement "..." already exists
+)
 
 _Stage = Literal["connect", "acquire", "query"]
+_ASYNCPG_STATEMENT_CACHE_SIZE = 100
+"""asyncpg's own default, kept for direct connections."""
 _Connection = asyncpg.Connection | PoolConnectionProxy
 
 
@@ -108,11 +133,21 @@ def schema_for_partition(partition: str, prefix: str = DEFAULT_SCHEMA_PREFIX) ->
 
 
 def _dsn_name(dsn: str) -> str:
+    """``postgres@host:port/db`` (every host of a multi-host DSN, comma-separated); never the
+    password."""
     parsed = urlparse(dsn)
-    host = parsed.hostname or "localhost"
-    port = parsed.port or 5432
+    hosts = parsed.netloc.rpartition("@")[2]
+    if "," in hosts:
+        shown = ",".join(h if ":" in h.lstrip("[") else f"{h}:5432" for h in hosts.split(","))
+    else:
+        shown = f"{parsed.hostname or 'localhost'}:{parsed.port or 5432}"
     database = parsed.path.lstrip("/") or parsed.username or "postgres"
-    return f"postgres@{host}:{port}/{database}"
+    return f"postgres@{shown}/{database}"
+
+
+def _literal(text: str) -> str:
+    """``text`` as a SQL string literal (quotes doubled; the text is a validated identifier)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _is_closed(conn: _Connection) -> bool:
@@ -156,6 +191,61 @@ class _Hot:
         return bool(self.subject.observers)
 
 
+class ChangeFeedUnverifiedError(StoreError):
+    """``start()`` refused: a probe NOTIFY sent through the pool never reached the LISTEN
+    connection, so the change feed would be silently dead (live queries would never see another
+    process's commits; pending writes would never get their evidence).
+
+    The usual cause is a transaction-pooling proxy (PgBouncer, RDS Proxy, Supavisor) in front of
+    the DSN: it hands the LISTEN session's server connection to other clients. Pass
+    ``listen_dsn=`` a direct connection to the primary. It is a configuration error, not an
+    outage: :func:`rxmesh.faults.is_store_unreachable` refuses it (retrying changes nothing).
+
+    Attributes:
+        pooled: whether a pooler was detected on the pool's DSN (``None``: not asked).
+        listen_target: the printable name of the listener's DSN.
+    """
+
+    def __init__(
+        self, message: str, *, store: str, pooled: bool | None, listen_target: str
+    ) -> None:
+        super().__init__(message, sqlstate=None, store=store, transient=False, may_have_run=False)
+        self.pooled = pooled
+        self.listen_target = listen_target
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresStoreStatistics:
+    """A snapshot of a :class:`PostgresStore` (``store.statistics()``).
+
+    Attributes:
+        store: the store's name.
+        pooled: whether the pool's DSN goes through a connection pooler (detected at
+            ``start()`` when ``pooled=None``; ``None`` before that).
+        pooler_evidence: how that was decided (the backend key against the server's pid, or
+            "given").
+        statement_cache_size: asyncpg's statement cache on the pool's connections (0 when
+            pooled: unnamed statements only).
+        listen_target: the printable name of the LISTEN connection's DSN.
+        target_session_attrs: as given (``None``: asyncpg's default, from the DSN or env).
+        pool_size: connections the pool holds now.
+        pool_idle: of those, idle.
+        connections_in_use: acquired by rxmesh now.
+        feed: the change feed's statistics.
+    """
+
+    store: str
+    pooled: bool | None
+    pooler_evidence: str | None
+    statement_cache_size: int
+    listen_target: str
+    target_session_attrs: str | None
+    pool_size: int
+    pool_idle: int
+    connections_in_use: int
+    feed: ChangeFeedStatistics
+
+
 class PostgresStore:
     """A :class:`~rxmesh.providers.Store` on PostgreSQL through asyncpg.
 
@@ -166,8 +256,11 @@ class PostgresStore:
         max_size: pool maximum size.
         command_timeout: seconds, set on every connection (a stall then ends).
         connect_timeout: seconds for one connection attempt.
-        heartbeat_interval: seconds between ``SELECT 1`` probes of the listener connection.
-        heartbeat_timeout: seconds a probe may take before the listener is terminated.
+        heartbeat_interval: seconds between two delivery probes of the change feed: a NOTIFY
+            sent through the POOL that must arrive on the LISTEN connection.
+        heartbeat_timeout: seconds a probe may take, from sending to arrival; past it the feed
+            is lost (re-connected, re-LISTENed, verified, then a gap is declared). ``start()``
+            waits that long for the first probe and refuses if it never arrives.
         reconnect_backoff: delays between listener re-connect attempts; the last repeats.
         acquire_timeout: seconds to wait for a pool connection (then
             :class:`~rxmesh.exceptions.StorePoolExhaustedError` if the pool was full).
@@ -176,6 +269,18 @@ class PostgresStore:
         malformed_log_interval: seconds between two WARNING lines about change-feed payloads
             that do not parse (each is counted and skipped; see :meth:`feed_statistics`).
         clock: monotonic seconds for that rate limit; injectable for tests.
+        listen_dsn: where the dedicated LISTEN connection goes (default: ``dsn``). Behind a
+            transaction-pooling proxy, ``dsn`` names the proxy and ``listen_dsn`` the primary
+            directly (a pooler hands a LISTEN session's server connection to other clients).
+        pooled: whether ``dsn`` goes through a connection pooler. ``None`` (the default)
+            detects it at ``start()``: one connection asks ``pg_backend_pid()`` and compares it
+            with the backend key the connection got (a pooler sends its own key, PostgreSQL
+            its pid). ``True``: unnamed statements only (asyncpg's ``statement_cache_size=0``),
+            which a transaction pooler cannot break. ``False``: asyncpg's statement cache, no
+            detection.
+        target_session_attrs: passed to asyncpg for the pool and the listener (one of
+            :data:`TARGET_SESSION_ATTRS`); with a multi-host DSN, ``"read-write"`` (or
+            ``"primary"``) connects only to the primary, so a standby listed first is skipped.
 
     Use ``async with PostgresStore(dsn) as store:`` or ``await store.start()`` /
     ``await store.close()``.
@@ -197,12 +302,26 @@ class PostgresStore:
         schema_prefix: str = DEFAULT_SCHEMA_PREFIX,
         malformed_log_interval: float = DEFAULT_MALFORMED_LOG_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
+        listen_dsn: str | None = None,
+        pooled: bool | None = None,
+        target_session_attrs: str | None = None,
     ) -> None:
         if not _PREFIX_RULE.fullmatch(schema_prefix):
             raise ValueError(f"schema_prefix {schema_prefix!r} must match {_PREFIX_RULE.pattern}")
         if not reconnect_backoff:
             raise ValueError("reconnect_backoff must not be empty")
+        if target_session_attrs is not None and target_session_attrs not in TARGET_SESSION_ATTRS:
+            raise ValueError(
+                f"target_session_attrs {target_session_attrs!r} must be one of "
+                f"{sorted(TARGET_SESSION_ATTRS)}"
+            )
         self._dsn = dsn
+        self._listen_dsn = listen_dsn or dsn
+        self._listen_name = _dsn_name(self._listen_dsn)
+        self._pooled_option = pooled
+        self._pooled: bool | None = pooled
+        self._pooler_evidence: str | None = None if pooled is None else "given"
+        self._target_session_attrs = target_session_attrs
         self._name = name or _dsn_name(dsn)
         self._min_size = min_size
         self._max_size = max_size
@@ -226,7 +345,17 @@ class PostgresStore:
         self._lost = asyncio.Event()
         self._notifications: asyncio.Queue[object] = asyncio.Queue()
         self._tasks: dict[Role, asyncio.Task[None]] = {}
-        self._feed = FeedBook(self._name, self._channel, malformed_log_interval, clock)
+        self._feed = FeedBook(
+            self._name,
+            self._channel,
+            malformed_log_interval,
+            clock,
+            stale_after=2 * heartbeat_interval + heartbeat_timeout,
+        )
+        self._probe_marker = probe_marker(schema_prefix)
+        self._probe_instance = secrets.token_hex(8)
+        self._probe_seq = 0
+        self._probe_waiters: dict[str, asyncio.Future[float]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -250,36 +379,157 @@ class PostgresStore:
         """The unquoted schema name of ``partition`` in this store."""
         return schema_for_partition(partition, self._prefix)
 
+    @property
+    def pooled(self) -> bool | None:
+        """Whether the pool's DSN goes through a connection pooler (given, or detected at
+        :meth:`start`; ``None`` before a detecting start)."""
+        return self._pooled
+
+    def statistics(self) -> PostgresStoreStatistics:
+        """The store's set-up and pool, and its change feed's statistics, as a frozen snapshot."""
+        pool = self._pool
+        return PostgresStoreStatistics(
+            store=self._name,
+            pooled=self._pooled,
+            pooler_evidence=self._pooler_evidence,
+            statement_cache_size=self._statement_cache_size(self._pooled),
+            listen_target=self._listen_name,
+            target_session_attrs=self._target_session_attrs,
+            pool_size=0 if pool is None else pool.get_size(),
+            pool_idle=0 if pool is None else pool.get_idle_size(),
+            connections_in_use=self._in_use,
+            feed=self._feed.snapshot(),
+        )
+
+    @staticmethod
+    def _statement_cache_size(pooled: bool | None) -> int:
+        return 0 if pooled else _ASYNCPG_STATEMENT_CACHE_SIZE
+
+    def _connect_options(self, *, pooled: bool | None) -> dict[str, Any]:
+        """asyncpg options every connection of this store gets (pool, listener, detection)."""
+        options: dict[str, Any] = {
+            "command_timeout": self._command_timeout,
+            "statement_cache_size": self._statement_cache_size(pooled),
+        }
+        if self._target_session_attrs is not None:
+            options["target_session_attrs"] = self._target_session_attrs
+        return options
+
     async def start(self) -> None:
-        """Open the pool and the dedicated LISTEN connection (the first LISTEN declares no gap).
+        """Open the pool and the dedicated LISTEN connection, and verify the change feed end to
+        end: a probe NOTIFY sent through the pool must reach the listener within
+        ``heartbeat_timeout`` (the first LISTEN declares no gap).
+
+        With ``pooled=None`` it first detects whether ``dsn`` goes through a pooler.
 
         Raises:
             StoreError: the database could not be reached (mapped; see the module docstring).
+            ChangeFeedUnverifiedError: the probe was sent but never arrived: notifications sent
+                through the pool do not reach the LISTEN connection (a transaction-pooling
+                proxy or a standby?); the message says how to fix it. Nothing stays open.
         """
         if self._pool is not None:
             return
         self._closing = False
+        if self._pooled_option is None:
+            self._pooled, self._pooler_evidence = await self._detect_pooler()
         try:
             pool = await asyncpg.create_pool(
                 self._dsn,
                 min_size=self._min_size,
                 max_size=self._max_size,
-                command_timeout=self._command_timeout,
                 timeout=self._connect_timeout,
                 server_settings={"application_name": "rxmesh"},
+                **self._connect_options(pooled=self._pooled),
             )
         except _DRIVER_FAULTS as exc:
             self._raise_at_boundary(exc, operation="opening the pool", stage="connect")
         self._pool = pool
         try:
             await self._open_listener()
-        except BaseException:
-            await pool.close()
+            problem = await self._verify_delivery()
+            if problem is not None:
+                raise self._unverified(problem)
+        except BaseException as exc:
+            self._drop_listener()
             self._pool = None
+            await self._close_pool(pool)
+            if isinstance(exc, ChangeFeedUnverifiedError):
+                self._feed.state = ChangeFeedState.UNVERIFIED
+                self._feed.loss = (_now(), str(exc))
             raise
         self._feed.state = ChangeFeedState.LISTENING
+        self._feed.loss = None
         self._spawn("dispatch", self._dispatch())
         self._spawn("listener", self._watch_feed())
+
+    async def _detect_pooler(self) -> tuple[bool, str]:
+        """Whether ``dsn`` reaches PostgreSQL through a connection pooler, and the evidence.
+
+        A PostgreSQL backend sends its own pid as the connection's backend key; a pooler
+        (PgBouncer, RDS Proxy, Supavisor, Odyssey, pgcat) sends a key of its own, since the
+        client is not bound to one server process. One connection (unnamed statements only,
+        safe either way) compares the key with ``pg_backend_pid()``. A plain TCP proxy forwards
+        the server's key and is rightly not a pooler.
+        """
+        try:
+            conn = await asyncpg.connect(
+                self._dsn,
+                timeout=self._connect_timeout,
+                server_settings={"application_name": "rxmesh"},
+                **self._connect_options(pooled=True),
+            )
+        except _DRIVER_FAULTS as exc:
+            self._raise_at_boundary(exc, operation="connecting", stage="connect")
+        try:
+            backend_pid = await conn.fetchval("SELECT pg_backend_pid()")
+        except (TimeoutError, *_DRIVER_FAULTS) as exc:
+            conn.terminate()
+            self._raise_at_boundary(
+                exc, operation="connecting", stage="query", connection=conn,
+                connection_usable=False,
+            )
+        except BaseException:
+            conn.terminate()
+            raise
+        key = conn.get_server_pid()
+        try:
+            async with asyncio.timeout(self._command_timeout):
+                await conn.close()
+        except (TimeoutError, *_DRIVER_FAULTS):
+            conn.terminate()
+        if key == backend_pid:
+            return False, f"the backend key is the server's pid {backend_pid}: a direct connection"
+        evidence = (
+            f"the backend key {key} is not the pid {backend_pid} of the server process that "
+            "answered: a connection pooler is in between"
+        )
+        logger.bind(store=self._name, pooled=True).info(
+            "store '{}': {}; statements are unnamed (statement_cache_size=0)", self._name, evidence
+        )
+        return True, evidence
+
+    def _unverified(self, problem: str) -> ChangeFeedUnverifiedError:
+        if self._pooled:
+            why = (
+                f"the pool's DSN goes through a connection pooler ({self._pooler_evidence}), "
+                "and the LISTEN connection goes there too"
+                if self._listen_dsn == self._dsn
+                else "the pool's DSN goes through a connection pooler, and the LISTEN "
+                f"connection ({self._listen_name}) does not see its commits"
+            )
+        else:
+            why = "a transaction-pooling proxy or a standby between rxmesh and the primary?"
+        return ChangeFeedUnverifiedError(
+            f"store '{self._name}': notifications sent through the pool never reach the LISTEN "
+            f"connection ({problem}): {why}. A transaction pooler (PgBouncer, RDS Proxy, "
+            "Supavisor) hands the LISTEN session's server connection to other clients, so the "
+            "change feed would be silently dead. Pass listen_dsn= a direct connection to the "
+            "primary (the pool may stay on the pooler).",
+            store=self._name,
+            pooled=self._pooled,
+            listen_target=self._listen_name,
+        )
 
     async def close(self) -> None:
         """Stop the change feed, close the pool, and complete the hot streams.
@@ -370,16 +620,73 @@ class PostgresStore:
         stage: _Stage,
         connection: _Connection | None = None,
         connection_usable: bool | None = None,
+        in_recovery: bool | None = None,
     ) -> NoReturn:
         """THE mapping of asyncpg/network failures to rxmesh errors, most specific first.
 
         ``stage`` is where it happened: ``connect`` (opening a connection), ``acquire`` (waiting
         for a pool connection, which may include connecting) or ``query`` (on a connection).
+        ``in_recovery``: for a 25006, whether the server said it is a standby.
         """
         where = f"store '{self._name}'"
-        if isinstance(exc, StoreError | pgexc.PostgresError):
+        if isinstance(exc, StoreError):
+            raise exc
+        if isinstance(exc, pgexc.ReadOnlySQLTransactionError):
+            # 25006 on a statement rxmesh sent: rxmesh never opens a read-only transaction, so
+            # the server it reached cannot take writes -- a standby (a failover in progress, or
+            # a DSN naming a standby) or a primary put in read-only mode. The statement was
+            # refused before it ran: not evaluated, nothing written, an availability failure.
+            # Not a verdict on the request: re-issuing it to the primary is meaningful.
+            server = (
+                "is a standby in recovery (pg_is_in_recovery() is true): a failover in "
+                "progress, or the DSN names a standby"
+                if in_recovery
+                else "refuses writes (a standby, or default_transaction_read_only is on)"
+            )
+            raise StoreError(
+                f"{where} could not take the write while {operation}: the server it reached "
+                f"{server}; nothing ran. Writes need the primary: point the DSN at it, or list "
+                "every host and pass target_session_attrs='read-write'",
+                sqlstate="08000",
+                store=self._name,
+                transient=True,
+                may_have_run=False,
+            ) from exc
+        if isinstance(exc, _PREPARED_STATEMENT_LOST):
+            # 26000 / 42P05 from asyncpg's OWN named statements (rxmesh names none): something
+            # between rxmesh and the server moved the session (a transaction pooler, or a
+            # DISCARD ALL run by a session pooler), so a statement prepared on one server
+            # connection is missing (or clashes) on the next. The statement did not run: the
+            # store could not evaluate the request. That is no verdict on it; a fresh connection
+            # may carry it, so drop this one (its statement cache is wrong).
+            if connection is not None and not _is_closed(connection):
+                connection.terminate()
+            raise StoreError(
+                f"{where} could not evaluate the statement while {operation}: asyncpg's "
+                f"prepared statement was missing or clashed on the server connection "
+                f"({exc.sqlstate}: {exc}); nothing ran. A connection pooler moves sessions "
+                "between server connections: pass pooled=True (or leave pooled=None to detect "
+                "it) so statements stay unnamed",
+                sqlstate="08000",
+                store=self._name,
+                transient=True,
+                may_have_run=False,
+            ) from exc
+        if isinstance(exc, pgexc.PostgresError):
             # PostgresError already carries its sqlstate (CDNE 08003, 57P01, 53300, 42P01, ...).
             raise exc
+        if isinstance(exc, pgexc.TargetServerAttributeNotMatched):
+            # No host of the DSN is what target_session_attrs asks for (say, no primary yet
+            # while a standby is being promoted): the store could not be reached.
+            raise StoreError(
+                f"{where} unreachable while {operation}: no host of the DSN matches "
+                f"target_session_attrs={self._target_session_attrs!r} (a failover in progress?): "
+                f"{exc}",
+                sqlstate="08001",
+                store=self._name,
+                transient=True,
+                may_have_run=False,
+            ) from exc
         if isinstance(exc, pgexc.InterfaceError):
             cdne = isinstance(exc.__context__, pgexc.ConnectionDoesNotExistError)
             closed = connection is not None and _is_closed(connection)
@@ -481,6 +788,17 @@ class PostgresStore:
             return False
         return True
 
+    async def _in_recovery(self, conn: _Connection) -> bool | None:
+        """After a 25006: does the server say it is a standby? ``None`` if it cannot say."""
+        if _is_closed(conn):
+            return None
+        try:
+            async with asyncio.timeout(min(1.0, self._command_timeout)):
+                answer = await conn.fetchval("SELECT pg_is_in_recovery()")
+        except (TimeoutError, *_DRIVER_FAULTS):
+            return None
+        return bool(answer)
+
     async def _run(
         self, operation: str, work: Callable[[_Connection], Awaitable[T]]
     ) -> T:
@@ -501,6 +819,11 @@ class PostgresStore:
                 self._raise_at_boundary(
                     exc, operation=operation, stage="query", connection=conn,
                     connection_usable=usable,
+                )
+            except pgexc.ReadOnlySQLTransactionError as exc:
+                standby = await self._in_recovery(conn)
+                self._raise_at_boundary(
+                    exc, operation=operation, stage="query", connection=conn, in_recovery=standby
                 )
             except _DRIVER_FAULTS as exc:
                 self._raise_at_boundary(exc, operation=operation, stage="query", connection=conn)
@@ -534,26 +857,49 @@ class PostgresStore:
         return quote_identifier(self.schema_of(partition)) + ".nodes"
 
     async def _ensure_schema(self, conn: _Connection, partition: str) -> None:
+        """Create ``partition``'s schema, table and triggers if needed: race-safe across
+        processes, and pooler-safe (no session state: every lock is transaction-scoped).
+
+        Concurrent creators are serialised by ``pg_advisory_xact_lock`` on the schema's name, in
+        TWO short READ COMMITTED transactions (a transaction pooler keeps each on one server
+        connection, and the lock ends with it: nothing can be left held on a server connection
+        the pooler hands to someone else):
+
+        1. lock; create the schema unless a catalog QUERY finds it. Not ``CREATE SCHEMA IF NOT
+           EXISTS``: its existence check reads the backend's catalog cache, which an advisory
+           lock does not refresh, so a waiter that had cached "no such schema" (a read before
+           the partition existed) would miss the schema its predecessor committed while it
+           waited and fail with 23505 on pg_namespace. A query takes a fresh snapshot.
+        2. lock again; create the table, function and triggers. This transaction began after
+           the schema was committed, so its catalog cache sees it (a new transaction processes
+           the pending invalidations); ``CREATE TABLE`` locks the schema, which refreshes the
+           cache again after any wait, so the function and triggers are found if a predecessor
+           made them meanwhile.
+        """
         schema = self.schema_of(partition)
         s = quote_identifier(schema)
-        channel = self._channel.replace("'", "''")
-        # Serialise concurrent creators (CREATE SCHEMA IF NOT EXISTS alone can race) with a
-        # SESSION lock taken BEFORE the transaction: a transaction-scoped lock taken inside it
-        # leaves the transaction's catalog snapshot stale (an advisory lock processes no catalog
-        # invalidations), so a waiter could still miss the schema its predecessor just committed
-        # and fail with 23505 on pg_namespace. A new transaction starts with a fresh catalog view.
-        await conn.execute("SELECT pg_advisory_lock(hashtext($1))", schema)
-        try:
-            await self._create_schema(conn, s, channel)
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", schema)
+        lock = f"SELECT pg_advisory_xact_lock(hashtext({_literal(schema)}));"
+        # READ COMMITTED whatever the server's default: the catalog query must see what the
+        # predecessor committed while this transaction waited for the lock.
+        async with conn.transaction(isolation="read_committed"):
+            await conn.execute(
+                f"""{lock}
+                DO $rxmesh$ BEGIN
+                    IF NOT EXISTS (
+                        SELECT FROM pg_catalog.pg_namespace WHERE nspname = {_literal(schema)}
+                    ) THEN
+                        CREATE SCHEMA {s};
+                    END IF;
+                END $rxmesh$;"""
+            )
+        async with conn.transaction(isolation="read_committed"):
+            await self._create_schema(conn, s, lock)
         self._ensured.add(partition)
 
-    async def _create_schema(self, conn: _Connection, s: str, channel: str) -> None:
-        async with conn.transaction():
-            await conn.execute(
-                f"""
-                CREATE SCHEMA IF NOT EXISTS {s};
+    async def _create_schema(self, conn: _Connection, s: str, lock: str) -> None:
+        channel = self._channel.replace("'", "''")
+        await conn.execute(
+            f"""{lock}
                 CREATE TABLE IF NOT EXISTS {s}.nodes (
                     path text PRIMARY KEY,
                     node_type text,
@@ -606,7 +952,7 @@ class PostgresStore:
                     REFERENCING OLD TABLE AS old_rows
                     FOR EACH STATEMENT EXECUTE FUNCTION {s}.rxmesh_notify();
                 """
-            )
+        )
 
     async def _with_schema(
         self,
@@ -1033,7 +1379,23 @@ class PostgresStore:
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         """asyncpg's listener callback: count and queue the payload; parsing happens later,
-        one payload at a time, so nothing a NOTIFY carries can fail here."""
+        one payload at a time, so nothing a NOTIFY carries can fail here.
+
+        A delivery probe (a payload that begins like one) is answered here, at once, so its
+        round trip is not the dispatcher's queue; one that does not parse as a probe is queued
+        like any other payload (and counted malformed there)."""
+        if isinstance(payload, str) and payload.startswith(self._probe_marker):
+            try:
+                token = parse_probe(payload, self._prefix)
+            except MalformedNotificationError:
+                pass
+            else:
+                waiter = self._probe_waiters.pop(token, None)
+                if waiter is None:
+                    self._feed.foreign_probes += 1  # another instance's (or a late one of ours)
+                elif not waiter.done():
+                    waiter.set_result(time.perf_counter())
+                return
         self._feed.notifications += 1
         self._notifications.put_nowait(payload)
 
@@ -1042,17 +1404,25 @@ class PostgresStore:
             self._lost.set()
 
     async def _open_listener(self) -> None:
+        # The listener shares the pool's statement cache setting when it shares its DSN.
+        pooled = self._pooled if self._listen_dsn == self._dsn else False
         try:
             conn = await asyncpg.connect(
-                self._dsn,
+                self._listen_dsn,
                 timeout=self._connect_timeout,
-                command_timeout=self._command_timeout,
                 server_settings={"application_name": "rxmesh-feed"},
+                **self._connect_options(pooled=pooled),
             )
         except _DRIVER_FAULTS as exc:
             self._raise_at_boundary(exc, operation="opening the change feed", stage="connect")
         try:
             await conn.add_listener(self._channel, self._on_notify)
+        except pgexc.ReadOnlySQLTransactionError as exc:  # LISTEN on a standby
+            standby = await self._in_recovery(conn)
+            conn.terminate()
+            self._raise_at_boundary(
+                exc, operation="listening to the change feed", stage="query", in_recovery=standby
+            )
         except _DRIVER_FAULTS as exc:
             conn.terminate()
             self._raise_at_boundary(
@@ -1176,22 +1546,139 @@ class PostgresStore:
             self._resume_if_recovered()
 
     async def _reconnect_listener(self, attempt: int) -> None:
+        """Re-connect and re-LISTEN with backoff until a probe sent through the pool arrives:
+        only a VERIFIED feed is whole again (the caller then declares the gap)."""
         while True:
             await asyncio.sleep(self._backoff[min(attempt, len(self._backoff) - 1)])
             attempt += 1
+            conn = self._listen_conn
+            if conn is None or _is_closed(conn):
+                try:
+                    await self._open_listener()
+                except (StoreError, *_DRIVER_FAULTS) as exc:
+                    logger.bind(store=self._name, attempt=attempt).error(
+                        "store '{}' unreachable while re-opening the change feed: {!r}",
+                        self._name,
+                        exc,
+                    )
+                    continue
             try:
-                await self._open_listener()
+                problem = await self._verify_delivery()
             except (StoreError, *_DRIVER_FAULTS) as exc:
-                logger.bind(store=self._name, attempt=attempt).error(
-                    "store '{}' unreachable while re-opening the change feed: {!r}",
-                    self._name,
-                    exc,
+                # The probe could not be sent: the pool does not reach the store yet. Keep the
+                # listener and try again; no gap while the store is still away.
+                problem = f"the probe could not be sent through the pool: {exc}"
+            else:
+                if problem is None:
+                    return
+                self._drop_listener()  # delivered nothing: LISTEN again on a fresh connection
+            logger.bind(store=self._name, attempt=attempt).error(
+                "store '{}' change feed re-opened but not verified: {}; retrying",
+                self._name,
+                problem,
+            )
+
+    def _next_probe_token(self) -> str:
+        self._probe_seq += 1
+        return f"{self._probe_instance}.{self._probe_seq}"
+
+    async def _verify_delivery(self) -> str | None:
+        """Send a probe NOTIFY through the POOL and wait for it on the listener, within
+        ``heartbeat_timeout`` from sending to arrival. ``None`` when it arrived (the feed is
+        verified: pool -> server -> listener), else why not (it was sent and did not arrive).
+
+        Raises:
+            StoreError: the probe could not be sent (mapped at the boundary), or did not leave
+                within the time box; it proves nothing either way.
+        """
+        token = self._next_probe_token()
+        waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._probe_waiters[token] = waiter
+        self._feed.probes_sent += 1
+        started = time.perf_counter()
+        try:
+            try:
+                await self._send_probe(probe_payload(self._prefix, token))
+            except (StoreError, *_DRIVER_FAULTS) as exc:
+                self._feed.probe_failed(f"the probe could not be sent: {exc}", sent=False)
+                raise
+            left = self._heartbeat_timeout - (time.perf_counter() - started)
+            try:
+                async with asyncio.timeout(max(left, 0.0)):
+                    arrived = await waiter
+            except TimeoutError:
+                problem = (
+                    f"a probe NOTIFY sent through the pool ({self._name}) did not arrive on the "
+                    f"listener ({self._listen_name}) within {self._heartbeat_timeout:g}s"
                 )
-                continue
-            return
+                self._feed.probe_failed(problem, sent=True)
+                return problem
+            self._feed.probe_verified(_now(), arrived - started)
+            return None
+        finally:
+            self._probe_waiters.pop(token, None)
+
+    async def _send_probe(self, payload: str) -> None:
+        """``pg_notify`` the probe through the pool, bounded by ``heartbeat_timeout``.
+
+        Not through :meth:`_run`: a probe that times out must not wait for a stalled connection
+        to be reset on release, so its connection is terminated (the pool replaces it).
+        """
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError(f"PostgresStore '{self._name}' is not started (await start())")
+        operation = "sending a change-feed probe"
+        budget = self._heartbeat_timeout
+        deadline = time.perf_counter() + budget
+        try:
+            conn = await pool.acquire(timeout=budget)
+        except TimeoutError as exc:
+            raise StoreError(
+                f"store '{self._name}': no pool connection within {budget:g}s while {operation} "
+                f"({self._in_use}/{self._max_size} in use)",
+                sqlstate=None,
+                store=self._name,
+                transient=True,
+                may_have_run=False,
+            ) from exc
+        except _DRIVER_FAULTS as exc:
+            self._raise_at_boundary(exc, operation=operation, stage="acquire")
+        self._in_use += 1
+        try:
+            left = max(deadline - time.perf_counter(), 0.001)
+            await conn.execute("SELECT pg_notify($1, $2)", self._channel, payload, timeout=left)
+        except TimeoutError as exc:
+            conn.terminate()
+            raise StoreError(
+                f"store '{self._name}' did not answer within {budget:g}s while {operation}",
+                sqlstate=None,
+                store=self._name,
+                transient=True,
+                may_have_run=None,
+            ) from exc
+        except pgexc.ReadOnlySQLTransactionError as exc:  # NOTIFY on a standby
+            standby = await self._in_recovery(conn)
+            self._raise_at_boundary(
+                exc, operation=operation, stage="query", connection=conn, in_recovery=standby
+            )
+        except _DRIVER_FAULTS as exc:
+            self._raise_at_boundary(exc, operation=operation, stage="query", connection=conn)
+        except BaseException:
+            conn.terminate()  # cancelled mid-call (close()): never hand it back half-done
+            raise
+        finally:
+            self._in_use -= 1
+            await self._release(pool, conn, operation)
 
     async def _heartbeat_until_lost(self) -> str:
-        """Probe the listener connection until it is lost; return why."""
+        """Verify delivery every ``heartbeat_interval`` until the feed is lost; return why.
+
+        Each beat sends a probe NOTIFY through the pool. Arrived: verified (time and round trip
+        recorded). Sent but not arrived in time: LOST -- notifications stopped reaching the
+        listener, whatever its socket says. Not sendable (the pool does not reach the store, or
+        is exhausted): it proves nothing, so the listener's own connection is checked with
+        ``SELECT 1``; if that fails too the feed is lost, else it is kept (shown unverified).
+        """
         while True:
             try:
                 async with asyncio.timeout(self._heartbeat_interval):
@@ -1202,16 +1689,37 @@ class PostgresStore:
             conn = self._listen_conn
             if conn is None or conn.is_closed():
                 return "the listener connection was closed"
-            async with self._listen_lock:
-                try:
-                    async with asyncio.timeout(self._heartbeat_timeout):
-                        await conn.fetchval("SELECT 1")
-                except TimeoutError:
-                    conn.terminate()  # a stall gives no other signal; close() would wait on it
-                    return f"the heartbeat got no answer within {self._heartbeat_timeout:g}s"
-                except _DRIVER_FAULTS as exc:
-                    conn.terminate()
-                    return f"the heartbeat failed: {exc!r}"
+            try:
+                problem = await self._verify_delivery()
+            except (StoreError, *_DRIVER_FAULTS) as exc:
+                unsent = f"the probe could not be sent through the pool ({exc})"
+                problem = await self._listener_answers(conn, unsent)
+                if problem is None and not self._feed.unverified_reported:
+                    self._feed.unverified_reported = True
+                    logger.bind(store=self._name).warning(
+                        "store '{}' change feed not verified: {}; the listener itself answers, "
+                        "so it is kept (health shows it unverified until a probe arrives)",
+                        self._name,
+                        unsent,
+                    )
+            if problem is not None:
+                conn.terminate()  # a stall gives no other signal; close() would wait on it
+                return problem
+
+    async def _listener_answers(self, conn: _Connection, unsent: str) -> str | None:
+        """``SELECT 1`` on the listener connection: ``None`` if it answers, else why not."""
+        async with self._listen_lock:
+            try:
+                async with asyncio.timeout(self._heartbeat_timeout):
+                    await conn.fetchval("SELECT 1")
+            except TimeoutError:
+                return (
+                    f"{unsent}, and the heartbeat got no answer within "
+                    f"{self._heartbeat_timeout:g}s"
+                )
+            except _DRIVER_FAULTS as exc:
+                return f"{unsent}, and the heartbeat failed: {exc!r}"
+        return None
 
     # -- the dispatcher
 
