@@ -23,8 +23,9 @@ StopMode = Literal["smart", "fast", "immediate"]
 
 
 def find_postgres_bin() -> Path:
-    """The directory holding ``initdb`` and ``pg_ctl`` (env ``RXMESH_PG_BIN``, else PATH, else
-    the newest ``/usr/lib/postgresql/*/bin``).
+    """The directory holding ``initdb``, ``pg_ctl`` and ``pg_basebackup`` (env ``RXMESH_PG_BIN``,
+    else the directory of ``initdb`` on PATH, symlinks resolved, else the newest
+    ``/usr/lib/postgresql/*/bin``).
 
     Raises:
         FileNotFoundError: no PostgreSQL server binaries were found.
@@ -34,7 +35,9 @@ def find_postgres_bin() -> Path:
         return Path(configured)
     on_path = shutil.which("initdb")
     if on_path:
-        return Path(on_path).parent
+        # A symlink on PATH (/usr/local/bin/initdb -> .../15/bin/initdb): the other server
+        # binaries (pg_basebackup, ...) live beside its target.
+        return Path(on_path).resolve().parent
     def major(initdb: str) -> int:
         version = Path(initdb).parent.parent.name
         return int(version) if version.isdigit() else 0
@@ -109,6 +112,33 @@ class TemporaryPostgresCluster:
             "pg_ctl", "-D", str(self.data_dir), "-l", str(self._dir / "server.log"),
             "-o", options, "-w", "-t", "30", "start",
         )
+
+    def standby(self) -> TemporaryPostgresCluster:
+        """A streaming standby of this (running) cluster: ``pg_basebackup -R`` into a temp dir of
+        its own, on a free loopback port. Call :meth:`start` on it; it runs in hot standby (reads
+        answer, writes are refused with 25006) until :meth:`promote`.
+
+        Example:
+            >>> with TemporaryPostgresCluster() as primary:  # doctest: +SKIP
+            ...     replica = primary.standby()
+            ...     replica.start()
+        """
+        if self._dir is None or not self.port:
+            raise RuntimeError("start the primary before making a standby of it")
+        replica = TemporaryPostgresCluster(bin_dir=self._bin, os_user=self._os_user)
+        replica._dir = Path(tempfile.mkdtemp(prefix="rxmesh-pg-standby-"))
+        if replica._as_root:
+            shutil.chown(replica._dir, self._os_user, self._os_user)
+        replica._run(
+            "pg_basebackup", "-D", str(replica.data_dir), "-h", "127.0.0.1", "-p", str(self.port),
+            "-U", "postgres", "-R", "-X", "stream", "--no-sync", "--checkpoint=fast",
+        )
+        replica.port = _free_port()
+        return replica
+
+    def promote(self) -> None:
+        """Promote a standby to a primary (``pg_ctl promote -w``): it then takes writes."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-w", "-t", "30", "promote")
 
     def stop(self, mode: StopMode = "fast") -> None:
         """Stop the server (``fast`` disconnects clients; ``immediate`` is a crash)."""

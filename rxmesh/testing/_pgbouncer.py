@@ -36,6 +36,8 @@ def find_pgbouncer() -> Path:
     """
     configured = os.environ.get("RXMESH_PGBOUNCER")
     if configured:
+        if not Path(configured).is_file():
+            raise FileNotFoundError(f"RXMESH_PGBOUNCER={configured} is not a file")
         return Path(configured)
     found = shutil.which("pgbouncer") or (
         "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None

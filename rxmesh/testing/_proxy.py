@@ -53,6 +53,8 @@ class FaultProxy:
     - :meth:`reset_after_client_sends`: once a client sends a chunk containing ``marker`` (e.g.
       ``b"COMMIT"``), forward it, then RST that client instead of forwarding the server's reply
       (an ambiguous commit: the server committed, the client never heard).
+    - :meth:`retarget`: new connections go to another server (a failover moving a virtual IP or
+      a DNS name: pair it with :meth:`reset` to drop the connections to the old one).
 
     Use ``async with FaultProxy(host, port) as proxy`` (or :meth:`start` / :meth:`close`).
     """
@@ -143,6 +145,10 @@ class FaultProxy:
     def reset_after_server_bytes(self, n_bytes: int) -> None:
         """RST every client once ``n_bytes`` more bytes have been forwarded from the server."""
         self._reset_budget = n_bytes
+
+    def retarget(self, target_host: str, target_port: int) -> None:
+        """Forward NEW connections to ``target_host:target_port`` (current ones are kept)."""
+        self._target = (target_host, target_port)
 
     def reset_after_client_sends(self, marker: bytes) -> None:
         """Drop the next client that sends ``marker``: its chunk is forwarded, the reply is not."""
