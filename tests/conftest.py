@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import pytest
+
+if TYPE_CHECKING:
+    from rxmesh.testing import TemporaryPgBouncer as TemporaryPgBouncerType
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 PG_DSN = os.environ.get("RXMESH_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -40,6 +44,35 @@ def pg_dsn() -> str:
     """The DSN of the shared PostgreSQL server; skips outside CI when it does not answer."""
     require_server(PG_DSN, 5432, "PostgreSQL")
     return PG_DSN
+
+
+@pytest.fixture(scope="session")
+def pgbouncer() -> Iterator[TemporaryPgBouncerType]:
+    """A PgBouncer of the test run's own (``pool_mode = transaction``, a free loopback port, its
+    own config and auth file) in front of the shared server; started once, stopped at the end.
+    Skips outside CI when the binary or the server is missing; fails in CI."""
+    from rxmesh.testing import TemporaryPgBouncer
+
+    require_server(PG_DSN, 5432, "PostgreSQL")
+    try:
+        bouncer = TemporaryPgBouncer(
+            urlparse(PG_DSN).hostname or "127.0.0.1", urlparse(PG_DSN).port or 5432
+        )
+    except FileNotFoundError as exc:
+        if IN_CI:
+            pytest.fail(f"CI needs pgbouncer (.ci/run installs it): {exc}")
+        pytest.skip(f"pgbouncer is not installed: {exc}")
+    bouncer.start()
+    try:
+        yield bouncer
+    finally:
+        bouncer.cleanup()
+
+
+@pytest.fixture
+def pgbouncer_dsn(pgbouncer: TemporaryPgBouncerType) -> str:
+    """The shared server's test DSN, through the run's PgBouncer (transaction pooling)."""
+    return pgbouncer.dsn(PG_DSN)
 
 
 @pytest.fixture

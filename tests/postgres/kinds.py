@@ -19,7 +19,14 @@ from rxmesh.providers import Store
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
 
-__all__ = ["drop_schemas", "postgres_pair", "postgres_store", "postgres_store_with_faults"]
+__all__ = [
+    "drop_schemas",
+    "pgbouncer_pair",
+    "pgbouncer_store",
+    "postgres_pair",
+    "postgres_store",
+    "postgres_store_with_faults",
+]
 
 
 def unique_prefix() -> str:
@@ -43,7 +50,7 @@ async def drop_schemas(dsn: str, prefix: str) -> None:
 @asynccontextmanager
 async def started(dsn: str, prefix: str, **options: Any) -> AsyncIterator[PostgresStore]:
     """A started store with ``prefix``; closed (not dropped) on exit."""
-    store = PostgresStore(dsn, schema_prefix=prefix, min_size=1, max_size=4, **options)
+    store = PostgresStore(dsn, schema_prefix=prefix, **{"min_size": 1, "max_size": 4, **options})
     await store.start()
     try:
         yield store
@@ -77,6 +84,37 @@ async def postgres_pair(request: pytest.FixtureRequest) -> AsyncIterator[tuple[S
     prefix = unique_prefix()
     try:
         async with started(dsn, prefix) as first, started(dsn, prefix) as second:
+            yield first, second
+    finally:
+        await drop_schemas(dsn, prefix)
+
+
+@asynccontextmanager
+async def pgbouncer_store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """The ``postgres+pgbouncer`` contract kind: the pool through the run's PgBouncer
+    (transaction pooling), the LISTEN connection straight to the server (``listen_dsn``)."""
+    dsn: str = request.getfixturevalue("pg_dsn")
+    pooled: str = request.getfixturevalue("pgbouncer_dsn")
+    prefix = unique_prefix()
+    try:
+        async with started(pooled, prefix, listen_dsn=dsn) as store:
+            assert store.pooled is True  # detected, not given
+            yield store
+    finally:
+        await drop_schemas(dsn, prefix)
+
+
+@asynccontextmanager
+async def pgbouncer_pair(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Store, Store]]:
+    """Two instances through the run's PgBouncer on one prefix, each listening directly."""
+    dsn: str = request.getfixturevalue("pg_dsn")
+    pooled: str = request.getfixturevalue("pgbouncer_dsn")
+    prefix = unique_prefix()
+    try:
+        async with (
+            started(pooled, prefix, listen_dsn=dsn) as first,
+            started(pooled, prefix, listen_dsn=dsn) as second,
+        ):
             yield first, second
     finally:
         await drop_schemas(dsn, prefix)

@@ -76,10 +76,11 @@ async def test_a_terminated_listener_declares_a_gap_and_the_requery_sees_the_mis
     pg_dsn: str, prefix: str
 ) -> None:
     async with started(pg_dsn, prefix, reconnect_backoff=(0.3,)) as store:
+        changes: Recorder[NodeChange] = Recorder(store.changes)
         await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        await changes.next_matching(lambda c: c.path == "p/seed")  # its NOTIFY is behind us
         gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
         evidence: Recorder[StoreEvidence] = Recorder(store.answers_again)
-        changes: Recorder[NodeChange] = Recorder(store.changes)
         frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
         try:
             initial = await frames.next()

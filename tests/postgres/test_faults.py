@@ -17,7 +17,7 @@ from reactivex import operators as ops
 
 from rxmesh.aio import first_value
 from rxmesh.exceptions import StoreError, StorePoolExhaustedError
-from rxmesh.faults import is_transient_connect_fault
+from rxmesh.faults import is_transient_connect_fault, is_write_outcome_unknown
 from rxmesh.model import MeshNode, NodeQuery
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
@@ -295,3 +295,51 @@ async def test_a_missing_partition_reads_as_absent_but_other_errors_propagate(
         with pytest.raises(pgexc.UndefinedColumnError) as caught:
             await first_value(store.read("gone/a"), timeout=WAIT)
         assert not is_transient_connect_fault(caught.value)
+
+
+# -- issue 14: a read-only server, and no host matching target_session_attrs ------------------
+
+
+async def test_a_25006_at_the_boundary_is_not_evaluated_and_the_text_names_the_standby(
+    pg_dsn: str,
+) -> None:
+    """A REAL 25006 (a read-only transaction on the shared server): mapped at the boundary to a
+    transient DB frame, never sent through raw, with may_have_run=False (nothing ran, so
+    "Nothing was written" is true). The wording depends on what the server says it is. Negative
+    control: a raw 25006 is refused by the one rule, so the mapping is what decides."""
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        with pytest.raises(pgexc.ReadOnlySQLTransactionError) as caught:
+            async with conn.transaction(readonly=True):
+                await conn.execute("CREATE TEMP TABLE rxmesh_never (a int)")
+    finally:
+        await conn.close()
+    raw = caught.value
+    assert not is_transient_connect_fault(raw)  # the one rule itself is unchanged
+    store = PostgresStore(pg_dsn)
+    for in_recovery, phrase in ((True, "standby in recovery"), (None, "refuses writes")):
+        with pytest.raises(StoreError) as mapped:
+            store._raise_at_boundary(
+                raw, operation="writing 'a/b'", stage="query", in_recovery=in_recovery
+            )
+        error = mapped.value
+        assert error.__cause__ is raw
+        assert (error.sqlstate, error.may_have_run) == ("08000", False)
+        assert is_transient_connect_fault(error)
+        assert not is_write_outcome_unknown(error)
+        assert phrase in str(error)
+        assert "target_session_attrs='read-write'" in str(error)
+
+
+async def test_no_host_matching_target_session_attrs_is_a_transient_08001(pg_dsn: str) -> None:
+    """The shared server is a primary: asking for a standby finds no host. A REAL
+    TargetServerAttributeNotMatched (an asyncpg client error, no sqlstate) becomes 08001: the
+    store could not be reached (during a failover there may be no primary for a moment)."""
+    store = PostgresStore(pg_dsn, target_session_attrs="standby", connect_timeout=2.0)
+    async with asyncio.timeout(WAIT):
+        with pytest.raises(StoreError) as caught:
+            await store.start()
+    assert caught.value.sqlstate == "08001"
+    assert isinstance(caught.value.__cause__, pgexc.TargetServerAttributeNotMatched)
+    assert is_transient_connect_fault(caught.value)
+    assert "target_session_attrs='standby'" in str(caught.value)

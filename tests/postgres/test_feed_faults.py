@@ -504,7 +504,10 @@ async def test_a_subscriber_that_raises_is_reported_and_the_others_still_get_eve
     """FAILS against the old code: the raising subscriber's error killed the dispatch task, so
     the live query subscribed after it never got its Delta."""
     async with started(pg_dsn, prefix) as store:
+        seen: Recorder[NodeChange] = Recorder(store.changes)
         await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        await seen.next_matching(lambda c: c.path == "p/seed")  # delivered before `broken` joins
+        seen.dispose()
 
         def broken(change: NodeChange) -> None:
             raise ValueError(f"cannot handle {change.path}")

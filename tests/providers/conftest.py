@@ -55,6 +55,10 @@ STORE_KINDS: dict[str, StoreFactory] = {
     "postgres+faults": lambda request: __import__(
         "tests.postgres.kinds", fromlist=["postgres_store_with_faults"]
     ).postgres_store_with_faults(request),
+    # Behind a real PgBouncer in transaction mode (the pool), listening directly (listen_dsn).
+    "postgres+pgbouncer": lambda request: __import__(
+        "tests.postgres.kinds", fromlist=["pgbouncer_store"]
+    ).pgbouncer_store(request),
 }
 """Store kind id -> factory of an async context manager yielding a Store. Extend here."""
 
@@ -62,6 +66,9 @@ SHARED_DATABASE_KINDS: dict[str, PairFactory] = {
     "postgres": lambda request: __import__(
         "tests.postgres.kinds", fromlist=["postgres_pair"]
     ).postgres_pair(request),
+    "postgres+pgbouncer": lambda request: __import__(
+        "tests.postgres.kinds", fromlist=["pgbouncer_pair"]
+    ).pgbouncer_pair(request),
 }
 """Store kind id -> factory yielding two instances that share one database."""
 

@@ -44,8 +44,13 @@ from rxmesh.operations import (
 )
 from rxmesh.operators import reopen_on_transient_fault
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
-from rxmesh.testing import FaultInjectingStore, FaultProxy, TemporaryPostgresCluster
-from tests.conftest import LogRecords
+from rxmesh.testing import (
+    FaultInjectingStore,
+    FaultProxy,
+    TemporaryPgBouncer,
+    TemporaryPostgresCluster,
+)
+from tests.conftest import IN_CI, LogRecords
 from tests.reliability.conftest import MATRIX, VERBS
 
 pytestmark = pytest.mark.postgres
@@ -151,12 +156,26 @@ CONTROLS = [
         _cancel_with_timeout,
     ),
 ]
+POOLER = " behind PgBouncer"
+"""Suffix of the rows run through a real PgBouncer (transaction pooling): the store's pool goes
+through the pooler, its LISTEN connection straight to the server (``listen_dsn``), and the fault
+is made between them and the server (the pooler itself keeps running, as in production)."""
+POOLED = [
+    Fault(f"connect refused{POOLER}", "real: server refuses the pooler", "unavailable"),
+    Fault(f"reset mid-stream{POOLER}", "real: RST pooler<->server mid-call", "unavailable"),
+    Fault(f"stall mid-query{POOLER}", "real: pooler<->server stops", "unavailable"),
+    Fault(
+        f"pg_terminate_backend (57P01){POOLER}",
+        "real: terminate the pooler's backends",
+        "unavailable",
+    ),
+]
 REQUIRED = {
     "unavailable": "UNAVAILABLE, ERROR, create recorded",
     "unknown": "UNKNOWN, ERROR, nothing recorded",
     "cancelled": "UNAVAILABLE (cancelled), DEBUG, nothing recorded",
 }
-for _fault in (*INFRA, *CONTROLS):
+for _fault in (*INFRA, *POOLED, *CONTROLS):
     MATRIX.rows[_fault.name] = _fault.how
     MATRIX.expected[_fault.name] = REQUIRED[_fault.expect]
 
@@ -402,7 +421,7 @@ def judge_watch(fault: Fault, row: Row, injected: BaseException | None) -> str |
     if fault.expect == "unavailable":
         if watch.error is not None:
             return f"the watch ended on {watch.error!r}"
-        if fault.name != "reset mid-stream" and not watch.reopens:
+        if fault.name.removesuffix(POOLER) != "reset mid-stream" and not watch.reopens:
             return "the watch never re-opened"
         if not any(frame.nodes for frame in watch.frames):
             return "no reading after the store came back"
@@ -484,63 +503,107 @@ async def _terminating(dsn: str, stop: asyncio.Event) -> int:
     return killed
 
 
+@contextlib.asynccontextmanager
+async def _pooled_store(dsn: str) -> AsyncIterator[tuple[PostgresStore, FaultProxy]]:
+    """The store through a PgBouncer of its own; the proxy stands between the server and both
+    the pooler and the store's direct LISTEN connection (the server's network)."""
+    target = urlparse(dsn)
+    async with FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
+        with TemporaryPgBouncer(proxy.host, proxy.port, settings={"server_login_retry": 0}) as pb:
+            options = {**STORE_OPTIONS, "command_timeout": 0.5}  # four time boxes per verb
+            store = PostgresStore(
+                pb.dsn(dsn), schema_prefix=_prefix(), listen_dsn=proxy.dsn(dsn), **options
+            )
+            await store.start()
+            try:
+                assert store.pooled is True
+                yield store, proxy
+            finally:
+                await proxy.restore()
+                proxy.unstall()
+                await store.close()
+
+
+async def _infrastructure_row(
+    fault: Fault, row: Row, store: PostgresStore, proxy: FaultProxy, private_db: str
+) -> None:
+    """Put the fault in place, run the verbs, lift it, and wait for the recovery."""
+    await row.seed()
+    mechanism = fault.name.removesuffix(POOLER)
+    if mechanism == "reset mid-stream":
+        with row.open_watch():
+            await row.watch.until(lambda: bool(row.watch.frames))
+            proxy.stall()
+            verbs = asyncio.create_task(row.run_verbs())
+            await asyncio.sleep(0.3)  # every verb's first statement is now in flight
+            proxy.refuse()
+            proxy.reset()
+            proxy.unstall()
+            await verbs
+            await _lift(proxy)
+            await _recovered(row, fault)
+    elif mechanism.startswith("pg_terminate_backend"):
+        admin = await asyncpg.connect(private_db, timeout=5.0)
+        stop = asyncio.Event()
+        try:
+            tx = admin.transaction()
+            await tx.start()
+            await admin.execute(
+                f"LOCK TABLE {quote_identifier(store.schema_of('p'))}.nodes"
+                " IN ACCESS EXCLUSIVE MODE"
+            )
+            killer = asyncio.create_task(_terminating(private_db, stop))
+            with row.open_watch():
+                await row.run_verbs()
+                await row.watch.until(lambda: bool(row.watch.reopens))
+                stop.set()
+                assert await killer > 0
+                await tx.rollback()
+                # The feed never broke, so no gap is declared: the next commit anyone makes
+                # is the evidence (recovery never polls). Make one.
+                await row.mesh.create(MeshNode(path="p/evidence", content={}), access=ALICE)
+                await _recovered(row, fault)
+        finally:
+            stop.set()
+            await admin.close()
+    else:
+        if mechanism == "connect refused":
+            proxy.refuse()
+            proxy.reset()
+        elif mechanism == "connect timeout":
+            proxy.stall()  # new connections are accepted and never answered
+            proxy.reset()
+        else:
+            proxy.stall()  # open connections stop answering mid-query
+        with row.open_watch():
+            await row.run_verbs()
+            await row.watch.until(lambda: bool(row.watch.reopens))
+            await _lift(proxy)
+            await _recovered(row, fault)
+
+
 @pytest.mark.parametrize("fault", INFRA[:5], ids=lambda f: f.name)
 async def test_an_infrastructure_fault_on_the_shared_server_answers_unavailable(
     fault: Fault, private_db: str, log_records: LogRecords
 ) -> None:
     async with _proxied_store(private_db) as (store, proxy), _row(store, "p") as row:
-        await row.seed()
-        reset_mid_stream = fault.name == "reset mid-stream"
-        if reset_mid_stream:
-            with row.open_watch():
-                await row.watch.until(lambda: bool(row.watch.frames))
-                proxy.stall()
-                verbs = asyncio.create_task(row.run_verbs())
-                await asyncio.sleep(0.3)  # every verb's first statement is now in flight
-                proxy.refuse()
-                proxy.reset()
-                proxy.unstall()
-                await verbs
-                await _lift(proxy)
-                await _recovered(row, fault)
-        elif fault.name.startswith("pg_terminate_backend"):
-            admin = await asyncpg.connect(private_db, timeout=5.0)
-            stop = asyncio.Event()
-            try:
-                tx = admin.transaction()
-                await tx.start()
-                await admin.execute(
-                    f"LOCK TABLE {quote_identifier(store.schema_of('p'))}.nodes"
-                    " IN ACCESS EXCLUSIVE MODE"
-                )
-                killer = asyncio.create_task(_terminating(private_db, stop))
-                with row.open_watch():
-                    await row.run_verbs()
-                    await row.watch.until(lambda: bool(row.watch.reopens))
-                    stop.set()
-                    assert await killer > 0
-                    await tx.rollback()
-                    # The feed never broke, so no gap is declared: the next commit anyone makes
-                    # is the evidence (recovery never polls). Make one.
-                    await row.mesh.create(MeshNode(path="p/evidence", content={}), access=ALICE)
-                    await _recovered(row, fault)
-            finally:
-                stop.set()
-                await admin.close()
-        else:
-            if fault.name == "connect refused":
-                proxy.refuse()
-                proxy.reset()
-            elif fault.name == "connect timeout":
-                proxy.stall()  # new connections are accepted and never answered
-                proxy.reset()
-            else:
-                proxy.stall()  # open connections stop answering mid-query
-            with row.open_watch():
-                await row.run_verbs()
-                await row.watch.until(lambda: bool(row.watch.reopens))
-                await _lift(proxy)
-                await _recovered(row, fault)
+        await _infrastructure_row(fault, row, store, proxy, private_db)
+    settle_row(fault, row, log_records, None)
+
+
+@pytest.mark.parametrize("fault", POOLED, ids=lambda f: f.name)
+async def test_an_infrastructure_fault_behind_a_transaction_pooler_answers_unavailable(
+    fault: Fault, private_db: str, log_records: LogRecords
+) -> None:
+    """The same rows through a real PgBouncer in transaction mode: every cell's answer is the
+    direct connection's (UNAVAILABLE, ERROR, the create recorded and re-issued once)."""
+    try:
+        async with _pooled_store(private_db) as (store, proxy), _row(store, "p") as row:
+            await _infrastructure_row(fault, row, store, proxy, private_db)
+    except FileNotFoundError as exc:  # no pgbouncer binary
+        if IN_CI:
+            pytest.fail(f"CI needs pgbouncer (.ci/run installs it): {exc}")
+        pytest.skip(f"pgbouncer is not installed: {exc}")
     settle_row(fault, row, log_records, None)
 
 

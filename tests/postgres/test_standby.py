@@ -1,0 +1,209 @@
+"""Issue 14: a DSN that reaches a read-only standby, target_session_attrs, and a real failover.
+
+Real streaming replication on throwaway clusters (never the shared server): a primary started by
+:class:`~rxmesh.testing.TemporaryPostgresCluster` and a standby made from it with
+``pg_basebackup -R`` (``TemporaryPostgresCluster.standby()``), promoted for the failover.
+
+The decision (docs/providers.md, "Behind a pooler, and during a failover"): a statement refused
+with 25006 because the server is a standby (or in read-only mode) was never evaluated; the primary
+is elsewhere, so it is an availability failure, not a verdict on the request. The provider maps
+it at its boundary to a transient ``StoreError`` (sqlstate 08000, ``may_have_run=False``); the one
+rule in rxmesh/faults.py is unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh.aio import first_value
+from rxmesh.exceptions import StoreError
+from rxmesh.faults import is_store_unreachable, is_write_outcome_unknown
+from rxmesh.ledger import PendingWriteLedger
+from rxmesh.providers.postgres import PostgresStore
+from rxmesh.testing import FaultProxy, TemporaryPostgresCluster
+from tests.conftest import IN_CI
+from tests.helpers import Outcomes
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+ALICE = AccessContext(user="alice")
+FAST = (0.01, 0.01, 0.01)
+WAIT = 20.0
+QUICK = {
+    "connect_timeout": 1.0,
+    "command_timeout": 2.0,
+    "heartbeat_interval": 0.1,
+    "heartbeat_timeout": 1.0,
+    "reconnect_backoff": (0.05, 0.1, 0.2),
+}
+
+
+def doc(path: str) -> MeshNode:
+    return MeshNode(path=path, node_type="Doc", content={"p": path})
+
+
+@pytest.fixture(scope="module")
+def primary() -> Iterator[TemporaryPostgresCluster]:
+    try:
+        cluster = TemporaryPostgresCluster()
+    except FileNotFoundError as exc:
+        if IN_CI:
+            pytest.fail(f"CI needs PostgreSQL server binaries: {exc}")
+        pytest.skip(str(exc))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+@pytest.fixture
+async def standby(primary: TemporaryPostgresCluster) -> AsyncIterator[TemporaryPostgresCluster]:
+    replica = await asyncio.to_thread(primary.standby)
+    try:
+        await asyncio.to_thread(replica.start)
+        yield replica
+    finally:
+        await asyncio.to_thread(replica.cleanup)
+
+
+def _hosts(*clusters: TemporaryPostgresCluster) -> str:
+    hosts = ",".join(f"127.0.0.1:{c.port}" for c in clusters)
+    return f"postgresql://postgres@{hosts}/postgres"
+
+
+async def _in_recovery(dsn: str) -> bool:
+    conn = await asyncpg.connect(dsn, timeout=5)
+    try:
+        return bool(await conn.fetchval("SELECT pg_is_in_recovery()"))
+    finally:
+        await conn.close()
+
+
+async def test_a_store_whose_dsn_reaches_a_standby_refuses_start_as_unreachable(
+    standby: TemporaryPostgresCluster,
+) -> None:
+    """FAILS against the old code: start() raised a raw ReadOnlySQLTransactionError (25006,
+    "cannot execute LISTEN during recovery"), which the one rule refuses: an outage looked like
+    a defect. Now it is the store being unreachable for writes, and the text says what to do."""
+    assert await _in_recovery(standby.dsn)
+    store = PostgresStore(standby.dsn, **QUICK)
+    with pytest.raises(StoreError) as refused:
+        await store.start()
+    error = refused.value
+    assert is_store_unreachable(error), repr(error)
+    assert error.may_have_run is False
+    assert isinstance(error.__cause__, asyncpg.exceptions.ReadOnlySQLTransactionError)
+    assert "standby in recovery" in str(error)
+    assert "target_session_attrs='read-write'" in str(error)
+    assert store.feed_backend_pid is None
+
+
+async def test_target_session_attrs_read_write_skips_a_standby_listed_first(
+    primary: TemporaryPostgresCluster, standby: TemporaryPostgresCluster
+) -> None:
+    """With every host listed and target_session_attrs='read-write', the pool and the listener
+    both pick the primary. Negative controls: without it the first host (the standby) is used
+    and start() refuses; with only the standby listed, no host matches (08001, unreachable)."""
+    dsn = _hosts(standby, primary)
+    async with PostgresStore(dsn, target_session_attrs="read-write", **QUICK) as store:
+        assert store.name == (
+            f"postgres@127.0.0.1:{standby.port},127.0.0.1:{primary.port}/postgres"
+        )
+        written = await first_value(store.write(doc("tsa/a")), timeout=WAIT)
+        assert written.path == "tsa/a"
+        assert store.statistics().target_session_attrs == "read-write"
+        conn = await asyncpg.connect(primary.dsn, timeout=5)
+        try:
+            listener = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", store.feed_backend_pid
+            )
+        finally:
+            await conn.close()
+        assert listener == 1  # the LISTEN connection is on the primary
+    with pytest.raises(StoreError) as first_host:
+        await PostgresStore(dsn, **QUICK).start()
+    assert "standby" in str(first_host.value)
+    with pytest.raises(StoreError) as no_primary:
+        await PostgresStore(
+            _hosts(standby), target_session_attrs="read-write", **QUICK
+        ).start()
+    assert no_primary.value.sqlstate == "08001"
+    assert is_store_unreachable(no_primary.value)
+    assert "target_session_attrs='read-write'" in str(no_primary.value)
+    with pytest.raises(ValueError, match="target_session_attrs"):
+        PostgresStore(dsn, target_session_attrs="primary-ish")
+
+
+async def test_a_write_that_reaches_a_standby_in_a_failover_is_unavailable_then_lands_once(
+    primary: TemporaryPostgresCluster, standby: TemporaryPostgresCluster, tmp_path: Path
+) -> None:
+    """A failover as it looks from the client: the address the store uses (a proxy standing in
+    for a virtual IP or a DNS name) moves to the standby before it is promoted. A create then
+    meets 25006: it is answered UNAVAILABLE (not evaluated, nothing written) and journaled. The
+    standby is promoted; the listener re-connects, LISTENs, verifies a probe and declares the
+    gap; the intent is re-issued once and LANDS on the new primary. FAILS against the old code:
+    the 25006 passed through raw, so the create answered UNKNOWN and nothing was recorded."""
+    async with FaultProxy("127.0.0.1", primary.port) as proxy:
+        store = PostgresStore(proxy.dsn(primary.dsn), **QUICK)
+        await store.start()
+        journal = tmp_path / "journal"
+        mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(journal))
+        primary_stopped = False
+        try:
+            await mesh.create(doc("fo/seed"), access=ALICE)
+            schema = store.schema_of("fo")
+            replica = await asyncpg.connect(standby.dsn, timeout=5)
+            try:  # wait until the standby replayed the partition (bounded)
+                async with asyncio.timeout(WAIT):
+                    while not await replica.fetchval(  # noqa: ASYNC110 - replication's pace
+                        "SELECT count(*) FROM pg_tables WHERE schemaname = $1", schema
+                    ):
+                        await asyncio.sleep(0.02)
+            finally:
+                await replica.close()
+            collected = Outcomes(mesh.ledger)
+
+            proxy.retarget("127.0.0.1", standby.port)  # the address now reaches the standby
+            proxy.reset()
+            answer = await first_value(
+                mesh.create_node(CreateNodeRequest(node=doc("fo/during"), access=ALICE)),
+                timeout=WAIT,
+            )
+            assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
+            assert "Nothing was written" in (answer.error or "")
+            assert answer.outcome_unknown is False
+            assert answer.recorded_for_reissue is True
+            assert len(list(journal.glob("*.json"))) == 1
+            with pytest.raises(StoreError) as refused:
+                await first_value(store.write(doc("fo/direct")), timeout=WAIT)
+            assert is_store_unreachable(refused.value)
+            assert not is_write_outcome_unknown(refused.value)
+            assert "standby in recovery" in str(refused.value)
+
+            await asyncio.to_thread(primary.stop, "fast")  # the old primary is gone
+            primary_stopped = True
+            await asyncio.to_thread(standby.promote)  # the failover completes
+            outcomes = await collected.wait(1, timeout=WAIT)
+            assert [(o.intent.path, o.verdict) for o in outcomes] == [
+                ("fo/during", Verdict.LANDED)
+            ]
+        finally:
+            mesh.dispose()
+            await store.close()
+            if primary_stopped:
+                await asyncio.to_thread(primary.start)  # the module's primary, for later tests
+    conn = await asyncpg.connect(standby.dsn, timeout=5)
+    try:
+        rows = await conn.fetch(f'SELECT path FROM "{schema}".nodes ORDER BY path')
+    finally:
+        await conn.close()
+    paths = [r["path"] for r in rows]
+    assert paths.count("fo/during") == 1
+    assert "fo/seed" in paths
