@@ -22,6 +22,9 @@ from rxmesh.providers._feed import (
     FeedBook,
     MalformedNotificationError,
     parse_notification,
+    parse_probe,
+    probe_marker,
+    probe_payload,
 )
 from tests.conftest import LogRecords
 
@@ -271,3 +274,94 @@ async def test_the_check_reports_camel_case_data_in_a_registry() -> None:
 def test_a_negative_malformed_window_is_refused() -> None:
     with pytest.raises(ValueError, match="malformed_window"):
         ChangeFeedCheck(FakeSource(_feed()), malformed_window=-1.0)
+
+
+# -- delivery probes (issue 14) -------------------------------------------------------------------
+
+
+def test_a_probe_round_trips_and_begins_with_its_marker() -> None:
+    payload = probe_payload(PREFIX, "0123abcd.42")
+    assert payload.startswith(probe_marker(PREFIX))
+    assert parse_probe(payload, PREFIX) == "0123abcd.42"
+    # A probe is never a row change: as data it is refused (the prefix alone names no schema).
+    with pytest.raises(MalformedNotificationError, match="does not name a valid partition"):
+        parse_notification(payload, PREFIX)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        json.dumps([PREFIX, "probe", 42]),
+        json.dumps([PREFIX, "probe", "NOT-HEX"]),
+        json.dumps([PREFIX, "probe", "ab", "extra"]),
+        json.dumps(["rxtother_", "probe", "ab"]),
+        json.dumps([PREFIX, "probe", "a" * 300]),
+        probe_marker(PREFIX) + "not json",
+    ],
+)
+def test_a_payload_that_only_looks_like_a_probe_is_refused(payload: str) -> None:
+    with pytest.raises(MalformedNotificationError, match="not a probe"):
+        parse_probe(payload, PREFIX)
+
+
+def _verified(age: float, round_trip: float = 0.0012, **changes: object) -> ChangeFeedStatistics:
+    return _feed(
+        verified_at=NOW - timedelta(seconds=age),
+        probe_round_trip=round_trip,
+        probes_sent=5,
+        probes_verified=5,
+        stale_after=4.0,
+        **changes,
+    )
+
+
+def test_a_verified_feed_is_healthy_saying_how_recently_and_the_round_trip() -> None:
+    result = _check(_verified(0.4))()
+    assert result.status is HealthStatus.HEALTHY
+    assert result.description == "change feed verified 0.4 s ago, probe round trip 1.2 ms"
+    assert result.data["verifiedAt"] == "2026-12-01T08:59:59Z"
+    assert result.data["probeRoundTripMs"] == 1.2
+    assert (result.data["probesMissed"], result.data["probesUnsent"]) == (0, 0)
+
+
+def test_a_feed_not_verified_for_longer_than_stale_after_is_degraded_naming_why() -> None:
+    stale = _verified(7.3, probes_unsent=4, last_probe_failure="the probe could not be sent: x")
+    result = _check(stale)()
+    assert result.status is HealthStatus.DEGRADED
+    assert result.description == (
+        "change feed not verified for 7.3 s: the probe could not be sent: x"
+    )
+    # Negative control: just inside stale_after it is still HEALTHY.
+    assert _check(_verified(3.9))().status is HealthStatus.HEALTHY
+    never = _check(_feed(stale_after=4.0))()
+    assert never.status is HealthStatus.DEGRADED
+    assert never.description == "change feed not verified yet: no probe has arrived"
+
+
+def test_a_feed_whose_start_was_refused_unverified_is_unhealthy_with_the_reason() -> None:
+    refused = _feed(
+        state=ChangeFeedState.UNVERIFIED,
+        lost_since=NOW,
+        lost_reason="notifications sent through the pool never reach the LISTEN connection",
+    )
+    result = _check(refused)()
+    assert result.status is HealthStatus.UNHEALTHY
+    assert result.description == (
+        "change feed unverified: notifications sent through the pool never reach the LISTEN "
+        "connection; the store did not start"
+    )
+
+
+def test_malformed_notifications_still_degrade_a_verified_feed() -> None:
+    recent = _verified(
+        0.2,
+        malformed_notifications=1,
+        last_malformed_at=NOW - timedelta(seconds=5),
+        last_malformed_reason="not JSON",
+    )
+    result = _check(recent)()
+    assert result.status is HealthStatus.DEGRADED
+    assert result.description == (
+        "change feed verified 0.2 s ago, probe round trip 1.2 ms; 1 malformed notification "
+        "skipped (last at 2026-12-01T08:59:55Z: not JSON)"
+    )
