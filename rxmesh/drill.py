@@ -15,7 +15,10 @@ Two stores:
   of the given server and talks to it through the proxy; the outage makes the proxy refuse new
   connections and reset every open one; the restore listens again, and the store's own change-feed
   listener declares the gap when it is back. The drill NEVER stops a server; it uses its own
-  schemas (a fresh prefix per run) and drops them at the end.
+  schemas (a fresh prefix per run) and drops them at the end. Behind a transaction-pooling proxy
+  (PgBouncer, RDS Proxy, Supavisor) pass ``listen_dsn=`` a direct connection to the server (the
+  store's change feed refuses to start without it); the drill puts a second proxy in front of it
+  and cuts both.
 
 In both, the drill also ends the census's open live query with the incident's chain (a DB frame
 from ``ConnectionResetError(104)``), as a live query reading over the cut connection sees it.
@@ -88,7 +91,7 @@ from rxmesh.operators import (
     retry_transient_connect,
 )
 from rxmesh.providers import Store
-from rxmesh.testing import FaultInjectingStore
+from rxmesh.testing import FaultInjectingStore, FaultProxy
 
 __all__ = [
     "DRILL_PARTITION",
@@ -268,8 +271,12 @@ class _MemoryBackend:
 class _PostgresBackend:
     """PostgreSQL behind a loopback FaultProxy the drill starts (and closes); own schemas."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, listen_dsn: str | None = None) -> None:
         self.dsn = dsn
+        self.listen_dsn = listen_dsn
+        # The drill's own statements (schema drop, final read) go to the server directly when
+        # it can, and never rely on asyncpg's named statements (a pooler breaks them).
+        self.admin_dsn = listen_dsn or dsn
         self.prefix = f"drill{secrets.token_hex(4)}_"
         self.description = ""
         self.cut_text = (
@@ -284,14 +291,22 @@ class _PostgresBackend:
         from urllib.parse import urlparse
 
         from rxmesh.providers.postgres import PostgresStore
-        from rxmesh.testing import FaultProxy
 
         parsed = urlparse(self.dsn)
         self.proxy = await FaultProxy(parsed.hostname or "127.0.0.1", parsed.port or 5432).start()
+        self.listen_proxy: FaultProxy | None = None
+        listen_dsn = None
+        if self.listen_dsn is not None:
+            heard = urlparse(self.listen_dsn)
+            self.listen_proxy = await FaultProxy(
+                heard.hostname or "127.0.0.1", heard.port or 5432
+            ).start()
+            listen_dsn = self.listen_proxy.dsn(self.listen_dsn)
         self.pg = PostgresStore(
             self.proxy.dsn(self.dsn),
             name=f"postgres@{parsed.hostname or '127.0.0.1'}:{parsed.port or 5432}"
             f"/{parsed.path.lstrip('/') or 'postgres'} (via drill proxy :{self.proxy.port})",
+            listen_dsn=listen_dsn,
             schema_prefix=self.prefix,
             connect_timeout=2.0,
             command_timeout=5.0,
@@ -303,13 +318,24 @@ class _PostgresBackend:
         try:
             await self.pg.start()
         except BaseException:
-            await self.proxy.close()
+            await self._close_proxies()
             raise
         self.faults = FaultInjectingStore(self.pg)
         self.store: Store = self.faults
         self.schema: str | None = self.pg.schema_of(DRILL_PARTITION)
         self.description = f"PostgreSQL {self.pg.name}; schemas {self.prefix}* (dropped at the end)"
+        if self.pg.pooled:
+            self.description += "; through a connection pooler"
+        if self.listen_proxy is not None:
+            self.description += f"; change feed via drill proxy :{self.listen_proxy.port}"
         return self
+
+    def _proxies(self) -> list[FaultProxy]:
+        return [self.proxy] + ([self.listen_proxy] if self.listen_proxy is not None else [])
+
+    async def _close_proxies(self) -> None:
+        for proxy in self._proxies():
+            await proxy.close()
 
     async def __aexit__(self, *exc_info: object) -> None:
         import asyncpg
@@ -317,8 +343,8 @@ class _PostgresBackend:
         try:
             await self.pg.close()
         finally:
-            await self.proxy.close()
-            conn = await asyncpg.connect(self.dsn, timeout=5.0)
+            await self._close_proxies()
+            conn = await asyncpg.connect(self.admin_dsn, timeout=5.0, statement_cache_size=0)
             try:
                 await conn.execute(
                     f'DROP SCHEMA IF EXISTS "{self.pg.schema_of(DRILL_PARTITION)}" CASCADE'
@@ -327,16 +353,18 @@ class _PostgresBackend:
                 await conn.close()
 
     async def cut(self) -> None:
-        self.proxy.refuse()
-        self.proxy.reset()
+        for proxy in self._proxies():
+            proxy.refuse()
+            proxy.reset()
 
     async def restore(self) -> None:
-        await self.proxy.restore()
+        for proxy in self._proxies():
+            await proxy.restore()
 
     async def rows(self) -> list[MeshNode]:
         import asyncpg
 
-        conn = await asyncpg.connect(self.dsn, timeout=5.0)
+        conn = await asyncpg.connect(self.admin_dsn, timeout=5.0, statement_cache_size=0)
         try:
             records = await conn.fetch(
                 "SELECT path, node_type, content::text AS content, request_id FROM "
@@ -634,6 +662,7 @@ class _Drill:
 async def run_drill(
     *,
     dsn: str | None = None,
+    listen_dsn: str | None = None,
     journal_dir: str | Path | None = None,
     nodes: int = 3,
     outage_creates: int = 3,
@@ -649,6 +678,8 @@ async def run_drill(
 
     Args:
         dsn: a PostgreSQL DSN; ``None`` runs on the embedded in-memory store.
+        listen_dsn: the change feed's DSN when ``dsn`` goes through a transaction pooler (a
+            direct connection to the server); only with ``dsn``.
         journal_dir: the pending-write journal directory (default: a temporary one, removed).
         nodes: nodes created before the outage (besides one NodeType record).
         outage_creates: creates attempted during the outage (one is a NodeType record).
@@ -665,6 +696,8 @@ async def run_drill(
         raise ValueError(f"sabotage must be one of {SABOTAGES}, got {sabotage!r}")
     if nodes < 1 or outage_creates < 1:
         raise ValueError("nodes and outage_creates must be at least 1")
+    if listen_dsn is not None and dsn is None:
+        raise ValueError("listen_dsn needs dsn (the embedded store has no change-feed DSN)")
     tl = _Timeline(out, json_lines)
     owned = journal_dir is None
     directory = Path(tempfile.mkdtemp(prefix="rxmesh-drill-")) if owned else Path(journal_dir or "")
@@ -674,7 +707,7 @@ async def run_drill(
             if dsn is None:
                 backend = _MemoryBackend()
             else:
-                backend = await stack.enter_async_context(_PostgresBackend(dsn))
+                backend = await stack.enter_async_context(_PostgresBackend(dsn, listen_dsn))
             ledger = PendingWriteLedger(directory)
             drill = _Drill(
                 backend,
@@ -1021,6 +1054,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "starts; the server itself is never stopped). Default: the embedded in-memory store.",
     )
     parser.add_argument(
+        "--listen-dsn",
+        help="with --dsn through a transaction pooler (PgBouncer, RDS Proxy, Supavisor): a "
+        "direct connection to the server for the change feed's LISTEN (the drill cuts it too)",
+    )
+    parser.add_argument(
         "--journal-dir", help="pending-write journal directory (default: a temporary one)"
     )
     parser.add_argument("--json", action="store_true", help="write JSON lines, one per event")
@@ -1061,6 +1099,7 @@ def run(args: argparse.Namespace) -> int:
         result = asyncio.run(
             run_drill(
                 dsn=args.dsn,
+                listen_dsn=args.listen_dsn,
                 journal_dir=args.journal_dir,
                 nodes=args.nodes,
                 outage_creates=args.outage_creates,
@@ -1071,14 +1110,29 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     except StoreError as exc:
-        if not is_store_unreachable(exc):
-            raise
-        print(
-            f"rxmesh drill: the store could not be reached before the drill began: {exc}",
-            file=sys.stderr,
-        )
-        return 2
+        if is_store_unreachable(exc):
+            print(
+                f"rxmesh drill: the store could not be reached before the drill began: {exc}",
+                file=sys.stderr,
+            )
+            return 2
+        if _is_unverified_feed(exc):  # a pooler without --listen-dsn, say: the text says so
+            print(
+                f"rxmesh drill: the store refused to start: {exc}\n"
+                "rxmesh drill: behind a pooler, give the server itself as --listen-dsn",
+                file=sys.stderr,
+            )
+            return 2
+        raise
     return result.exit_status
+
+
+def _is_unverified_feed(exc: BaseException) -> bool:
+    try:
+        from rxmesh.providers.postgres import ChangeFeedUnverifiedError
+    except ImportError:  # no asyncpg: no PostgreSQL store, so not that either
+        return False
+    return isinstance(exc, ChangeFeedUnverifiedError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

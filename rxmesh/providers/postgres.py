@@ -1608,8 +1608,8 @@ class PostgresStore:
                     arrived = await waiter
             except TimeoutError:
                 problem = (
-                    f"a probe NOTIFY sent through the pool ({self._name}) did not arrive on the "
-                    f"listener ({self._listen_name}) within {self._heartbeat_timeout:g}s"
+                    "a probe NOTIFY sent through the pool did not arrive on the listener "
+                    f"({self._listen_name}) within {self._heartbeat_timeout:g}s"
                 )
                 self._feed.probe_failed(problem, sent=True)
                 return problem
