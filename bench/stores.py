@@ -16,6 +16,16 @@ Lines printed:
 - ``change_feed_latency``: for the same commits, commit -> ``PostgresStore.changes`` subscriber
   (the row fetched) vs commit -> a raw asyncpg ``LISTEN`` callback on the same channel; p50/p99
   in ms, measured from before the INSERT is sent; target ``p50_ratio <= 1.5``.
+
+Behind a pooler (issue 14; skipped with a line saying why when no ``pgbouncer`` binary is found,
+or with ``--no-pgbouncer``): the bench starts its own PgBouncer (transaction pooling, a free
+loopback port) in front of ``--dsn`` and prints, measured in the same run as the direct figures:
+
+- ``mesh_create`` (``mode`` ``sequential`` and ``concurrent``): ``Mesh.create_node`` answers
+  per second through a direct store and through the pooler (the pool via PgBouncer, the
+  listener direct), the ratio, and every answer that was not a success (there must be none).
+- ``change_feed_latency_pgbouncer``: commit -> ``changes`` subscriber when the commits and the
+  store's pool go through the pooler (the listener direct), against the direct figure.
 """
 
 from __future__ import annotations
@@ -30,13 +40,17 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlparse
 
 import asyncpg
 from reactivex import operators as ops
 
+from rxmesh import AccessContext, CreateNodeRequest, Mesh
 from rxmesh.aio import first_value
+from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import MeshNode, NodeChange
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
+from rxmesh.testing import TemporaryPgBouncer
 
 DEFAULT_DSN = os.environ.get("RXMESH_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -173,13 +187,18 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def bench_change_feed_latency(dsn: str, notifies: int) -> dict[str, Any]:
+async def bench_change_feed_latency(
+    dsn: str, notifies: int, *, pool_dsn: str | None = None
+) -> dict[str, Any]:
     """Commit -> subscriber latency: the store's ``changes`` vs a raw LISTEN callback on the SAME
-    channel, for the SAME commits (both hear every NOTIFY the store's trigger sends)."""
+    channel, for the SAME commits (both hear every NOTIFY the store's trigger sends).
+
+    ``pool_dsn`` (a pooler in front of ``dsn``): the commits and the store's pool go through it;
+    the store's listener and the raw one stay on ``dsn`` (as ``listen_dsn`` must)."""
     prefix = f"rxb{uuid.uuid4().hex[:8]}_"
-    writer = await asyncpg.connect(dsn)
+    writer = await asyncpg.connect(pool_dsn or dsn, statement_cache_size=0 if pool_dsn else 100)
     listener = await asyncpg.connect(dsn)
-    store = PostgresStore(dsn, schema_prefix=prefix, max_size=2)
+    store = PostgresStore(pool_dsn or dsn, schema_prefix=prefix, max_size=2, listen_dsn=dsn)
     await store.start()
     loop = asyncio.get_running_loop()
     waiting: dict[tuple[str, str], asyncio.Future[float]] = {}
@@ -238,21 +257,148 @@ async def bench_change_feed_latency(dsn: str, notifies: int) -> dict[str, Any]:
     }
 
 
+async def _mesh_creates(
+    dsn: str, listen_dsn: str, creates: int, concurrency: int, repeat: int
+) -> dict[str, Any]:
+    """Median creates/s of ``Mesh.create_node`` (sequential, then ``concurrency`` at a time)
+    through a store on ``dsn``; every answer that was not a success, by reason."""
+    prefix = f"rxb{uuid.uuid4().hex[:8]}_"
+    store = PostgresStore(dsn, schema_prefix=prefix, listen_dsn=listen_dsn, max_size=10)
+    await store.start()
+    mesh = Mesh(store, ledger=PendingWriteLedger(""))
+    access = AccessContext(user="bench")
+    failures: dict[str, int] = {}
+    rates: dict[str, list[float]] = {"sequential": [], "concurrent": []}
+
+    async def create(path: str) -> None:
+        node = MeshNode(path=path, node_type="Bench", content={"p": path})
+        answer = await first_value(
+            mesh.create_node(CreateNodeRequest(node=node, access=access)), timeout=60
+        )
+        if not answer.success:
+            reason = str(answer.rejection_reason)
+            failures[reason] = failures.get(reason, 0) + 1
+
+    try:
+        for round_ in range(repeat):
+            partition = f"m{round_}"
+            await create(f"{partition}/warm")  # the partition's root, grant and table
+
+            async def sequential(partition: str = partition) -> None:
+                for i in range(creates):
+                    await create(f"{partition}/s{i:06d}")
+
+            async def concurrent(partition: str = partition) -> None:
+                gate = asyncio.Semaphore(concurrency)
+
+                async def gated(path: str) -> None:
+                    async with gate:
+                        await create(path)
+
+                await asyncio.gather(*(gated(f"{partition}/c{i:06d}") for i in range(creates)))
+
+            rates["sequential"].append(creates / await _timed(sequential))
+            rates["concurrent"].append(creates / await _timed(concurrent))
+    finally:
+        mesh.dispose()
+        await store.close()
+        conn = await asyncpg.connect(listen_dsn)
+        try:
+            for round_ in range(repeat):
+                name = quote_identifier(store.schema_of(f"m{round_}"))
+                await conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        finally:
+            await conn.close()
+    return {
+        "sequential": statistics.median(rates["sequential"]),
+        "concurrent": statistics.median(rates["concurrent"]),
+        "failures": failures,
+    }
+
+
+async def bench_mesh_create_pgbouncer(
+    dsn: str, pooled_dsn: str, creates: int, concurrency: int, repeat: int
+) -> list[dict[str, Any]]:
+    """``Mesh.create_node`` through a direct store and through the pooler, same run: a line per
+    mode with both rates and the ratio pooler / direct."""
+    direct = await _mesh_creates(dsn, dsn, creates, concurrency, repeat)
+    pooled = await _mesh_creates(pooled_dsn, dsn, creates, concurrency, repeat)
+    lines = []
+    for mode in ("sequential", "concurrent"):
+        line: dict[str, Any] = {
+            "bench": "mesh_create",
+            "mode": mode,
+            "creates": creates,
+            "repeat": repeat,
+            "direct_per_s": round(direct[mode]),
+            "pgbouncer_per_s": round(pooled[mode]),
+            "ratio_pgbouncer_vs_direct": round(pooled[mode] / direct[mode], 3),
+            "not_success": {"direct": direct["failures"], "pgbouncer": pooled["failures"]},
+        }
+        if mode == "concurrent":
+            line["concurrency"] = concurrency
+        lines.append(line)
+    return lines
+
+
+async def bench_change_feed_latency_pgbouncer(
+    dsn: str, pooled_dsn: str, notifies: int, direct: dict[str, Any]
+) -> dict[str, Any]:
+    """The change-feed latency with the commits and the pool through the pooler, against the
+    direct run's figures (``direct``: the ``change_feed_latency`` line of the same run)."""
+    pooled = await bench_change_feed_latency(dsn, notifies, pool_dsn=pooled_dsn)
+    direct_p50 = direct["store_changes_ms"]["p50"]
+    pooled_p50 = pooled["store_changes_ms"]["p50"]
+    return {
+        "bench": "change_feed_latency_pgbouncer",
+        "notifies": notifies,
+        "direct_store_changes_ms": direct["store_changes_ms"],
+        "pgbouncer_store_changes_ms": pooled["store_changes_ms"],
+        "pgbouncer_raw_listen_ms": pooled["raw_listen_ms"],
+        "p50_ratio_pgbouncer_vs_direct": round(pooled_p50 / direct_p50, 3),
+    }
+
+
 async def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    """Run both benchmarks and print one JSON line each."""
+    """Run the benchmarks and print one JSON line each."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--dsn", default=DEFAULT_DSN)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--notifies", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--mesh-creates", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument(
+        "--no-pgbouncer", action="store_true", help="skip the rows through a PgBouncer"
+    )
     args = parser.parse_args(argv)
-    results = [
-        await bench_write_many(args.dsn, args.rows, args.window, args.repeat),
-        await bench_change_feed_latency(args.dsn, args.notifies),
-    ]
-    for line in results:
-        print(json.dumps(line), flush=True)
+    results: list[dict[str, Any]] = []
+
+    def emit(*lines: dict[str, Any]) -> None:
+        for line in lines:
+            results.append(line)
+            print(json.dumps(line), flush=True)
+
+    emit(await bench_write_many(args.dsn, args.rows, args.window, args.repeat))
+    latency = await bench_change_feed_latency(args.dsn, args.notifies)
+    emit(latency)
+    if args.no_pgbouncer:
+        return results
+    target = urlparse(args.dsn)
+    try:
+        bouncer = TemporaryPgBouncer(target.hostname or "127.0.0.1", target.port or 5432)
+    except FileNotFoundError as exc:
+        emit({"bench": "pgbouncer", "skipped": str(exc)})
+        return results
+    with bouncer:
+        pooled = bouncer.dsn(args.dsn)
+        emit(
+            *await bench_mesh_create_pgbouncer(
+                args.dsn, pooled, args.mesh_creates, args.concurrency, args.repeat
+            )
+        )
+        emit(await bench_change_feed_latency_pgbouncer(args.dsn, pooled, args.notifies, latency))
     return results
 
 

@@ -28,10 +28,23 @@ async def test_the_stores_bench_prints_ratios_against_raw_baselines(
 ) -> None:
     bench = _load()
     args = ["--dsn", pg_dsn, "--rows", "2000", "--repeat", "1", "--notifies", "50"]
+    args += ["--mesh-creates", "10", "--concurrency", "5"]
     results = await bench.main(args)
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines == results
-    write, latency = lines
+    write, latency, *pooled = lines
+    if pooled and pooled[0]["bench"] == "pgbouncer":  # no binary here (never in CI)
+        assert "skipped" in pooled[0]
+    else:
+        sequential, concurrent, feed = pooled
+        for line, mode in ((sequential, "sequential"), (concurrent, "concurrent")):
+            assert (line["bench"], line["mode"]) == ("mesh_create", mode)
+            assert line["direct_per_s"] > 0
+            assert line["pgbouncer_per_s"] > 0
+            assert line["ratio_pgbouncer_vs_direct"] > 0
+            assert line["not_success"] == {"direct": {}, "pgbouncer": {}}
+        assert feed["bench"] == "change_feed_latency_pgbouncer"
+        assert feed["p50_ratio_pgbouncer_vs_direct"] > 0
     assert write["bench"] == "write_many"
     assert write["rows"] == 2000
     assert set(write["rows_per_s"]) == {"executemany", "unnest", "copy", "store"}
