@@ -207,3 +207,38 @@ async def a_program() -> list[str]:
         repr(watch),
         repr(retried),
     ]
+
+
+async def postgres_behind_a_pooler() -> list[str]:
+    """A PostgresStore behind a transaction pooler, its statistics and its feed's health
+    (issue 14's public options), typed as a user writes them."""
+    from rxmesh.health import ChangeFeedCheck, HealthCheckResult
+    from rxmesh.providers.postgres import (
+        TARGET_SESSION_ATTRS,
+        ChangeFeedUnverifiedError,
+        PostgresStore,
+        PostgresStoreStatistics,
+    )
+    from rxmesh.testing import TemporaryPgBouncer, TemporaryPostgresCluster
+
+    direct = "postgresql://app@127.0.0.1:5432/mesh"
+    bouncer = TemporaryPgBouncer("127.0.0.1", 5432, pool_mode="transaction", pool_size=20)
+    store = PostgresStore(
+        bouncer.dsn(direct), listen_dsn=direct, pooled=None, target_session_attrs="read-write"
+    )
+    try:
+        await store.start()
+    except ChangeFeedUnverifiedError as refused:
+        return [str(refused), str(refused.pooled), refused.listen_target]
+    stats: PostgresStoreStatistics = store.statistics()
+    pooled: bool | None = store.pooled
+    round_trip: float | None = stats.feed.probe_round_trip
+    health: HealthCheckResult = ChangeFeedCheck(store)()
+    standby: TemporaryPostgresCluster = TemporaryPostgresCluster().standby()
+    return [
+        str(pooled),
+        str(round_trip),
+        health.description,
+        standby.dsn,
+        str(sorted(TARGET_SESSION_ATTRS)),
+    ]
