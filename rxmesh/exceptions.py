@@ -9,7 +9,9 @@ PermissionError`` catches a missing grant)::
     RxMeshError (Exception)
     ├── StoreError                        a store's boundary error; has ``sqlstate``
     │   ├── StorePoolExhaustedError       this process's pool had no free connection (back-pressure)
-    │   └── StoreConflictError            a row is already at that path (sqlstate 23505; a verdict)
+    │   ├── StoreConflictError            a row is already at that path (sqlstate 23505; a verdict)
+    │   └── ChangeFeedUnverifiedError     start() refused: probes sent through the pool never
+    │                                     reached the LISTEN connection (a pooler? listen_dsn=)
     ├── QueryProviderStalledError         the fan-in's Initial gate fired (NOT a TimeoutError)
     ├── DeliveryFailure                   a NACK that crossed a messaging boundary (``error_type``)
     ├── BuildCoordinationUnreachableError the build-claim handshake got no answer (or NO_RESPONDERS)
@@ -36,6 +38,7 @@ from enum import StrEnum
 
 __all__ = [
     "BuildCoordinationUnreachableError",
+    "ChangeFeedUnverifiedError",
     "DeliveryErrorType",
     "DeliveryFailure",
     "InvalidNodeTypeError",
@@ -98,6 +101,31 @@ class StorePoolExhaustedError(StoreError):
 
     The store was not reached; the text names this process's pool, not the database.
     """
+
+
+class ChangeFeedUnverifiedError(StoreError):
+    """A store's ``start()`` refused: a probe NOTIFY sent through its pool never reached its LISTEN
+    connection, so its change feed would be silently dead (live queries would never see another
+    process's commits; pending writes would never get their evidence).
+
+    The usual cause is a transaction-pooling proxy (PgBouncer, RDS Proxy, Supavisor) in front of
+    the DSN: it hands the LISTEN session's server connection to other clients. Pass
+    ``listen_dsn=`` a direct connection to the primary. It is a configuration error, not an
+    outage: :func:`rxmesh.faults.is_store_unreachable` refuses it (retrying changes nothing).
+
+    Args:
+        message: what is wrong and how to fix it, naming the store.
+        store: a printable name of the store.
+        pooled: whether a pooler was detected on the pool's DSN (``None``: not asked).
+        listen_target: the printable name of the listener's DSN.
+    """
+
+    def __init__(
+        self, message: str, *, store: str, pooled: bool | None, listen_target: str
+    ) -> None:
+        super().__init__(message, sqlstate=None, store=store, transient=False, may_have_run=False)
+        self.pooled = pooled
+        self.listen_target = listen_target
 
 
 class StoreConflictError(StoreError):

@@ -42,7 +42,12 @@ from reactivex.disposable import CompositeDisposable
 from reactivex.subject import Subject
 
 from rxmesh.aio import from_async
-from rxmesh.exceptions import StoreConflictError, StoreError, StorePoolExhaustedError
+from rxmesh.exceptions import (
+    ChangeFeedUnverifiedError,
+    StoreConflictError,
+    StoreError,
+    StorePoolExhaustedError,
+)
 from rxmesh.model import (
     ChangeFeedGap,
     CommitAnnounced,
@@ -189,29 +194,6 @@ class _Hot:
     @property
     def observed(self) -> bool:
         return bool(self.subject.observers)
-
-
-class ChangeFeedUnverifiedError(StoreError):
-    """``start()`` refused: a probe NOTIFY sent through the pool never reached the LISTEN
-    connection, so the change feed would be silently dead (live queries would never see another
-    process's commits; pending writes would never get their evidence).
-
-    The usual cause is a transaction-pooling proxy (PgBouncer, RDS Proxy, Supavisor) in front of
-    the DSN: it hands the LISTEN session's server connection to other clients. Pass
-    ``listen_dsn=`` a direct connection to the primary. It is a configuration error, not an
-    outage: :func:`rxmesh.faults.is_store_unreachable` refuses it (retrying changes nothing).
-
-    Attributes:
-        pooled: whether a pooler was detected on the pool's DSN (``None``: not asked).
-        listen_target: the printable name of the listener's DSN.
-    """
-
-    def __init__(
-        self, message: str, *, store: str, pooled: bool | None, listen_target: str
-    ) -> None:
-        super().__init__(message, sqlstate=None, store=store, transient=False, may_have_run=False)
-        self.pooled = pooled
-        self.listen_target = listen_target
 
 
 @dataclass(frozen=True, slots=True)
