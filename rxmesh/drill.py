@@ -56,7 +56,7 @@ from reactivex import Observable
 
 from rxmesh.cache import SyncedQueryCache
 from rxmesh.census import LiveRecordCensus
-from rxmesh.exceptions import StoreError
+from rxmesh.exceptions import ChangeFeedUnverifiedError, StoreError
 from rxmesh.faults import is_store_unreachable
 from rxmesh.health import (
     HealthCheckResult,
@@ -1116,7 +1116,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        if _is_unverified_feed(exc):  # a pooler without --listen-dsn, say: the text says so
+        if isinstance(exc, ChangeFeedUnverifiedError):  # a pooler without --listen-dsn, say
             print(
                 f"rxmesh drill: the store refused to start: {exc}\n"
                 "rxmesh drill: behind a pooler, give the server itself as --listen-dsn",
@@ -1125,14 +1125,6 @@ def run(args: argparse.Namespace) -> int:
             return 2
         raise
     return result.exit_status
-
-
-def _is_unverified_feed(exc: BaseException) -> bool:
-    try:
-        from rxmesh.providers.postgres import ChangeFeedUnverifiedError
-    except ImportError:  # no asyncpg: no PostgreSQL store, so not that either
-        return False
-    return isinstance(exc, ChangeFeedUnverifiedError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,7 +37,7 @@ from typing import TextIO
 
 from pydantic import ValidationError
 
-from rxmesh.exceptions import NodeValidationError, StoreError
+from rxmesh.exceptions import ChangeFeedUnverifiedError, NodeValidationError, StoreError
 from rxmesh.faults import is_store_unreachable
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.mesh import Mesh
@@ -476,6 +476,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="PostgreSQL DSN (postgresql://user@host:port/db); 'memory://' imports into a "
         "throw-away in-memory store (for demos and tests)",
     )
+    parser.add_argument(
+        "--listen-dsn",
+        help="with --dsn through a transaction pooler (PgBouncer, RDS Proxy, Supavisor): a direct "
+        "connection to the server for the change feed's LISTEN (see docs/providers.md)",
+    )
     parser.add_argument("--partition", help="paths in the files are relative to this partition")
     parser.add_argument(
         "--window",
@@ -509,9 +514,16 @@ async def _main(args: argparse.Namespace) -> int:
     else:
         from rxmesh.providers.postgres import PostgresStore
 
-        postgres = PostgresStore(args.dsn)
+        postgres = PostgresStore(args.dsn, listen_dsn=args.listen_dsn)
         try:
             await postgres.start()
+        except ChangeFeedUnverifiedError as exc:  # a pooler without --listen-dsn, say
+            print(
+                f"rxmesh import: the store refused to start: {exc}; nothing was written\n"
+                "rxmesh import: behind a pooler, give the server itself as --listen-dsn",
+                file=sys.stderr,
+            )
+            return 2
         except StoreError as exc:
             if not is_store_unreachable(exc):
                 raise

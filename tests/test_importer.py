@@ -227,6 +227,28 @@ def test_ten_thousand_nodes_import_into_postgres_twice(
     assert "created           0\n  already present   10000" in capsys.readouterr().out
 
 
+@pytest.mark.postgres
+def test_an_import_through_a_pooler_needs_listen_dsn_and_then_imports(
+    tmp_path: Path,
+    pg_dsn: str,
+    pgbouncer_dsn: str,
+    pg_partition: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Through a transaction pooler the change feed cannot LISTEN: without --listen-dsn the
+    import refuses to start (exit 2, saying why and the fix, nothing written); with the server
+    itself as --listen-dsn it imports."""
+    lines = (json.dumps({"path": f"n{i}", "node_type": "Doc", "content": {}}) for i in range(5))
+    (tmp_path / "nodes.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    base = ["import", str(tmp_path), "--dsn", pgbouncer_dsn, "--partition", pg_partition]
+    assert cli.main([*base, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--listen-dsn" in err
+    assert "nothing was written" in err
+    assert cli.main([*base, "--no-progress", "--listen-dsn", pg_dsn]) == EXIT_OK
+    assert "created           5\n" in capsys.readouterr().out
+
+
 def test_a_partial_landing_is_reported_with_its_details_and_exit_3() -> None:
     from rxmesh.importer import ImportItem, ImportReport, _settle
     from rxmesh.model import MeshNode
