@@ -1,0 +1,336 @@
+"""Deliberately broken variants of the product, applied at run time with ``monkeypatch`` and
+undone when the test ends. None of them is kept in the product: each exists to show that one
+invariant of the machine fails when the product breaks it.
+
+Four of them put back, at run time, the four defects of issue 20 (``bug1`` ... ``bug4``), by
+undoing the fix of commit c122163 in place. They name private methods of that fix
+(``Mesh._authorise``, ``Mesh._settle_by_answer``, ``PendingWriteRecovery._on_settled``,
+``_BulkState.earlier``): if those are renamed, ``monkeypatch.setattr`` fails loudly, and the
+mutant must be re-aimed, not dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import reactivex
+from reactivex import Observable
+from reactivex import operators as ops
+
+from rxmesh import AccessContext, Mesh, MeshNode, faults
+from rxmesh.exceptions import NodeAccessDeniedError, NodeValidationError
+from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome, PendingWriteRecovery
+from rxmesh.mesh import _arms
+from rxmesh.mesh import _mesh as mesh_module
+from rxmesh.mesh._access import GrantPolicy, PartitionFacts
+from rxmesh.model import ChangeFeedGap, partition_of
+from rxmesh.operations import (
+    CreateNodeRequest,
+    CreateNodeResponse,
+    NodeOperationResponse,
+    RejectionReason,
+)
+from rxmesh.providers import memory
+from rxmesh.providers.memory import InMemoryStore
+
+from ._harness import is_system_path
+
+Patch = Callable[[pytest.MonkeyPatch], None]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    invariant: str
+    what: str
+    apply: Patch
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _answers_twice(mp: pytest.MonkeyPatch) -> None:
+    original = Mesh.delete_node
+
+    def delete_node(self: Mesh, request: Any) -> Observable[NodeOperationResponse]:
+        return original(self, request).pipe(
+            ops.flat_map(lambda r: reactivex.of(r, r) if r.success else reactivex.of(r))
+        )
+
+    mp.setattr(Mesh, "delete_node", delete_node)
+
+
+def _loses_writes(mp: pytest.MonkeyPatch) -> None:
+    original = InMemoryStore.write
+
+    def write(self: InMemoryStore, node: MeshNode) -> Observable[MeshNode]:
+        if is_system_path(node.path):
+            return original(self, node)
+        return reactivex.defer(
+            lambda _: reactivex.of(node.model_copy(update={"version": max(1, node.version)}))
+        )
+
+    mp.setattr(InMemoryStore, "write", write)
+
+
+def _anyone_deletes(mp: pytest.MonkeyPatch) -> None:
+    original = GrantPolicy.may
+
+    def may(self: GrantPolicy, access: Any, verb: str, facts: PartitionFacts) -> bool:
+        return verb == "delete" or original(self, access, verb, facts)
+
+    mp.setattr(GrantPolicy, "may", may)
+
+
+def _bug1(mp: pytest.MonkeyPatch) -> None:
+    """Issue 20, bug 1: a partition seen new authorises a delete/update/move (the check that
+    answers 'no node' from that snapshot is skipped)."""
+    original = Mesh._authorise
+
+    async def _authorise(self: Mesh, *args: Any, absent: str | None = None, **kw: Any) -> Any:
+        return await original(self, *args, absent=None, **kw)
+
+    mp.setattr(Mesh, "_authorise", _authorise)
+
+
+def _reissue_says_exists(mp: pytest.MonkeyPatch) -> None:
+    original = Mesh.create_node
+    seen: set[str] = set()
+
+    def create_node(self: Mesh, request: Any) -> Observable[CreateNodeResponse]:
+        if isinstance(request, CreateNodeRequest) and not request.reissued_after_unavailable:
+            if request.request_id in seen:
+                return self._immediate(
+                    CreateNodeResponse.fail(
+                        request.request_id, RejectionReason.NODE_ALREADY_EXISTS, "exists"
+                    )
+                )
+            seen.add(request.request_id)
+        return original(self, request)
+
+    mp.setattr(Mesh, "create_node", create_node)
+
+
+def _grants_ignored(mp: pytest.MonkeyPatch) -> None:
+    def may(self: GrantPolicy, access: AccessContext, verb: str, facts: PartitionFacts) -> bool:
+        return access.is_system or facts.owner == access.user
+
+    mp.setattr(GrantPolicy, "may", may)
+
+
+def _delete_misses(mp: pytest.MonkeyPatch) -> None:
+    original = InMemoryStore.delete
+
+    def delete(self: InMemoryStore, path: str) -> Observable[bool]:
+        if is_system_path(path):
+            return original(self, path)
+        return reactivex.defer(lambda _: reactivex.of(False))
+
+    mp.setattr(InMemoryStore, "delete", delete)
+
+
+def _validation_is_unreachable(mp: pytest.MonkeyPatch) -> None:
+    original = faults.is_store_unreachable
+
+    def is_store_unreachable(exc: BaseException | None) -> bool:
+        return original(exc) or isinstance(exc, NodeValidationError)
+
+    mp.setattr(_arms, "is_store_unreachable", is_store_unreachable)
+
+
+def _no_node_is_unknown(mp: pytest.MonkeyPatch) -> None:
+    kept = tuple(entry for entry in _arms._REFUSALS if entry[0] is not NodeValidationError)
+    mp.setattr(_arms, "_REFUSALS", kept)
+
+
+def _bug2(mp: pytest.MonkeyPatch) -> None:
+    """Issue 20, bug 2: a verbatim bulk re-issue counts the rows of its earlier attempt as this
+    attempt's landing, so any refusal after them is a 'partial landing' (UNKNOWN)."""
+
+    class _EarlierIsLanded(mesh_module._BulkState):
+        @property
+        def earlier(self) -> dict[str, MeshNode]:
+            return self.landed
+
+        @earlier.setter
+        def earlier(self, value: dict[str, MeshNode]) -> None:
+            pass
+
+    mp.setattr(mesh_module, "_BulkState", _EarlierIsLanded)
+
+
+def _two_rows(mp: pytest.MonkeyPatch) -> None:
+    def move(self: InMemoryStore, source: str, target: str) -> Observable[MeshNode | None]:
+        def work() -> MeshNode | None:
+            with self._lock:
+                existing = self._get(source)
+                if existing is None:
+                    return None
+                taken = self._get(target)
+                if taken is not None:
+                    raise self._conflict(target, taken, f"move of '{source}' refused")
+                table = self._partitions[partition_of(source)]
+                del table[source]
+                moved = existing.model_copy(
+                    update={"path": target, "version": existing.version + 1}
+                )
+                table[target] = moved  # the mutant: kept in the SOURCE partition's table
+            return moved
+
+        return memory._cold(work)
+
+    mp.setattr(InMemoryStore, "move", move)
+
+
+def _deletes_then_refuses(mp: pytest.MonkeyPatch) -> None:
+    original = Mesh._authorise
+
+    async def _authorise(
+        self: Mesh, partition: str, access: Any, verb: str, *, creating: str | None, **kw: Any
+    ) -> Any:
+        try:
+            return await original(self, partition, access, verb, creating=creating, **kw)
+        except NodeAccessDeniedError:
+            if verb == "delete" and creating is not None:
+                await self._ask(self.store.delete(creating))
+            raise
+
+    mp.setattr(Mesh, "_authorise", _authorise)
+
+
+def _bug3(mp: pytest.MonkeyPatch) -> None:
+    """Issue 20, bug 3: UNAVAILABLE says 'Nothing was written' after a partition heal wrote.
+
+    Both halves of the fix are undone: the text no longer names what was written, and a bulk
+    heals each partition as soon as it is judged (before the next partition's read), without
+    telling the answer what it wrote.
+    """
+    original = faults.describe_not_attempted
+    authorise = Mesh._authorise
+
+    def describe_not_attempted(operation: str, *, written: Any = ()) -> str:
+        return original(operation)
+
+    async def _authorise(
+        self: Mesh, partition: str, access: Any, verb: str, *, creating: str | None, **kw: Any
+    ) -> Any:
+        facts = await authorise(self, partition, access, verb, creating=creating, **kw)
+        if verb == "create" and creating is None:  # a bulk's partition: heal it right away
+            facts = await self._heal(facts, access, verb, creating=None, heals=[])
+        return facts
+
+    mp.setattr(_arms, "describe_not_attempted", describe_not_attempted)
+    mp.setattr(Mesh, "_authorise", _authorise)
+
+
+def _verdict_twice(mp: pytest.MonkeyPatch) -> None:
+    original = PendingWriteLedger._publish
+
+    def _publish(self: PendingWriteLedger, outcome: PendingWriteOutcome) -> None:
+        original(self, outcome)
+        original(self, outcome)
+
+    mp.setattr(PendingWriteLedger, "_publish", _publish)
+
+
+def _bug4(mp: pytest.MonkeyPatch) -> None:
+    """Issue 20, bug 4: the caller's own answered re-issue does not settle the intent, so the
+    ledger's re-issue later creates again a node the caller deleted."""
+    mp.setattr(Mesh, "_settle_by_answer", lambda self, req, path, response: None)
+    mp.setattr(PendingWriteRecovery, "_on_settled", lambda self, outcome: None)
+
+
+def _gaps_ignored(mp: pytest.MonkeyPatch) -> None:
+    original = PendingWriteRecovery._on_evidence
+
+    def _on_evidence(self: PendingWriteRecovery, evidence: Any) -> None:
+        if not isinstance(evidence, ChangeFeedGap):
+            original(self, evidence)
+
+    mp.setattr(PendingWriteRecovery, "_on_evidence", _on_evidence)
+
+
+def _facts_swallowed(mp: pytest.MonkeyPatch) -> None:
+    original = Mesh._facts
+
+    async def _facts(self: Mesh, partition: str, user: str) -> PartitionFacts:
+        try:
+            return await original(self, partition, user)
+        except Exception:  # the mutant: a failed read taken for an absent record
+            return PartitionFacts(partition, None, None, None)
+
+    mp.setattr(Mesh, "_facts", _facts)
+
+
+MUTANTS = (
+    Mutant("answers-twice", "one-answer", "a successful delete answers twice", _answers_twice),
+    Mutant("loses-writes", "success-row", "the store acknowledges a write it drops", _loses_writes),
+    Mutant("anyone-deletes", "success-true", "the policy lets anyone delete", _anyone_deletes),
+    Mutant(
+        "bug1", "success-true", "issue 20 bug 1: a partition seen new authorises a delete", _bug1
+    ),
+    Mutant(
+        "reissue-says-exists",
+        "exists-true",
+        "a verbatim re-issue is answered NODE_ALREADY_EXISTS",
+        _reissue_says_exists,
+    ),
+    Mutant("grants-ignored", "forbidden-true", "the policy ignores grants", _grants_ignored),
+    Mutant(
+        "delete-misses",
+        "refusal-true",
+        "the store's delete misses a row that is there",
+        _delete_misses,
+    ),
+    Mutant(
+        "validation-is-unreachable",
+        "unavailable-own-call",
+        "the terminal arm takes 'no node' for an unreachable store",
+        _validation_is_unreachable,
+    ),
+    Mutant(
+        "no-node-is-unknown",
+        "never-unknown",
+        "the terminal arm does not know the 'no node' refusal",
+        _no_node_is_unknown,
+    ),
+    Mutant(
+        "bug2",
+        "never-unknown",
+        "issue 20 bug 2: a bulk re-issue counts its earlier rows as landed now",
+        _bug2,
+    ),
+    Mutant(
+        "two-rows", "two-rows", "a move keeps the row in the source partition's table", _two_rows
+    ),
+    Mutant(
+        "deletes-then-refuses",
+        "unacknowledged-write",
+        "a delete refused FORBIDDEN deletes first",
+        _deletes_then_refuses,
+    ),
+    Mutant(
+        "bug3", "nothing-written", "issue 20 bug 3: 'Nothing was written' after a heal wrote", _bug3
+    ),
+    Mutant(
+        "verdict-twice", "one-verdict", "the ledger publishes every verdict twice", _verdict_twice
+    ),
+    Mutant(
+        "bug4",
+        "no-resurrection",
+        "issue 20 bug 4: the caller's answered re-issue does not settle the intent",
+        _bug4,
+    ),
+    Mutant("gaps-ignored", "ledger-drains", "the recovery ignores a declared gap", _gaps_ignored),
+    Mutant(
+        "facts-swallowed",
+        "no-heal-after-failed-read",
+        "a failed facts read is taken for an absent partition",
+        _facts_swallowed,
+    ),
+)
+
+BY_NAME = {mutant.name: mutant for mutant in MUTANTS}
