@@ -201,7 +201,8 @@ async def test_a_create_whose_insert_committed_before_the_store_vanished_never_s
             proxy.dsn(private_db), schema_prefix=prefix, connect_timeout=0.5, command_timeout=2.0
         )
         await store.start()
-        mesh = Mesh(store, retry_delays=(1.0,), ledger=PendingWriteLedger(journal_dir=None))
+        # The retry waits 3 s: time enough, on a loaded machine, to see the row and cut the store.
+        mesh = Mesh(store, retry_delays=(3.0,), ledger=PendingWriteLedger(journal_dir=None))
         admin = await asyncpg.connect(private_db, timeout=5.0)
         try:
             await mesh.create(MeshNode(path="p/seed", content={}), access=ALICE)
@@ -225,7 +226,7 @@ async def test_a_create_whose_insert_committed_before_the_store_vanished_never_s
                     if await admin.fetchval(f"SELECT count(*) FROM {table} WHERE path = 'p/x'"):
                         break
                     await asyncio.sleep(0.005)
-            proxy.refuse()  # the store vanishes before the retry (1 s later)
+            proxy.refuse()  # the store vanishes before the retry (3 s later)
             proxy.reset()
             answer = await answer_task
             landed = await admin.fetchval(f"SELECT request_id FROM {table} WHERE path = 'p/x'")
