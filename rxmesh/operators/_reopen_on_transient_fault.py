@@ -16,7 +16,7 @@ from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposab
 
 from rxmesh._scheduling import resolve_scheduler
 from rxmesh.faults import is_standing_watch_transient
-from rxmesh.operators._retry_transient_connect import require_callable, validate_ladder
+from rxmesh.operators._ladder import require_callable, validate_ladder
 
 __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_REOPENS",

@@ -10,52 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from loguru import logger
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 
 from rxmesh._scheduling import resolve_scheduler
 from rxmesh.faults import is_transient_connect_fault
+from rxmesh.operators._ladder import DEFAULT_RETRY_DELAYS, Ladder, OnRetry
 
 __all__ = ["DEFAULT_RETRY_DELAYS", "retry_transient_connect"]
 
 _T = TypeVar("_T")
-
-DEFAULT_RETRY_DELAYS: tuple[float, ...] = (0.25, 0.5, 1.0)
-"""Seconds waited before each resubscription: four subscriptions at most, 1.75 s of budget."""
-
-OnRetry = Callable[[BaseException, int, float], object]
-"""``on_retry(error, attempt, delay)``: ``attempt`` counts retries from 1."""
-
-
-def validate_ladder(name: str, ladder: Sequence[float], *, allow_empty: bool) -> tuple[float, ...]:
-    """Return ``ladder`` as a tuple of floats, refusing what no timer can wait (shared helper).
-
-    Raises:
-        TypeError: ``ladder`` is not a sequence of real numbers.
-        ValueError: a delay is negative or not finite, or the ladder is empty where one is needed.
-    """
-    if isinstance(ladder, str | bytes) or not isinstance(ladder, Sequence):
-        raise TypeError(f"{name} must be a sequence of seconds, got {type(ladder).__name__}")
-    result: list[float] = []
-    for step in ladder:
-        if isinstance(step, bool) or not isinstance(step, int | float):
-            raise TypeError(f"{name} must hold numbers of seconds, got {step!r}")
-        seconds = float(step)
-        if not seconds >= 0.0 or seconds == float("inf"):
-            raise ValueError(f"{name} must hold finite delays >= 0 seconds, got {step!r}")
-        result.append(seconds)
-    if not result and not allow_empty:
-        raise ValueError(f"{name} must not be empty")
-    return tuple(result)
-
-
-def require_callable(name: str, value: object, *, optional: bool = False) -> None:
-    """Raise ``TypeError`` naming ``name`` unless ``value`` is callable (or optional ``None``)."""
-    if value is None and optional:
-        return
-    if not callable(value):
-        raise TypeError(f"{name} must be callable, got {type(value).__name__}")
 
 
 def retry_transient_connect(
@@ -92,9 +56,7 @@ def retry_transient_connect(
         >>> reactivex.of(1, 2).pipe(retry_transient_connect()).run()
         2
     """
-    ladder = validate_ladder("delays", delays, allow_empty=True)
-    require_callable("should_retry", should_retry)
-    require_callable("on_retry", on_retry, optional=True)
+    ladder = Ladder.of(delays, should_retry=should_retry, on_retry=on_retry)
 
     def _retry(source: Observable[_T]) -> Observable[_T]:
         def subscribe(
@@ -118,32 +80,14 @@ def retry_transient_connect(
                 if disposed:
                     return
                 try:
-                    give_up = emitted or attempt >= len(ladder) or not should_retry(error)
-                except Exception as defect:  # noqa: BLE001 - forwarded: the classifier is broken
+                    delay = ladder.step(error, attempt, emitted=emitted)
+                except Exception as defect:  # noqa: BLE001 - forwarded: classifier or hook broken
                     observer.on_error(defect)
                     return
-                if give_up:
+                if delay is None:
                     observer.on_error(error)
                     return
-                delay = ladder[attempt]
                 attempt += 1
-                error_type = type(error).__name__
-                logger.bind(
-                    attempt=attempt, attempts=len(ladder), delay=delay, error_type=error_type
-                ).warning(
-                    "store not reached ({}: {}); resubscribing in {}s (retry {}/{})",
-                    error_type,
-                    error,
-                    delay,
-                    attempt,
-                    len(ladder),
-                )
-                if on_retry is not None:
-                    try:
-                        on_retry(error, attempt, delay)
-                    except Exception as defect:  # noqa: BLE001 - forwarded: the hook is broken
-                        observer.on_error(defect)
-                        return
                 if disposed:  # on_retry may have disposed the subscription
                     return
                 when = resolve_scheduler(scheduler, subscribe_scheduler)

@@ -1,0 +1,299 @@
+"""What a node operation costs against the driver, measured in one run (JSON lines on stdout).
+
+Usage::
+
+    python bench/mesh.py [--dsn DSN] [--creates 400] [--memory 4000] [--reads 2000]
+                         [--concurrency 32] [--repeat 3]
+
+Lines printed (rounds of A and B alternate in one process; the median is taken):
+
+- ``pg_create`` (``mode`` ``sequential`` and ``concurrent``): ``Mesh.create_node`` on a
+  ``PostgresStore`` (creates/s) against a raw asyncpg single ``INSERT`` into the same kind of
+  table through an asyncpg pool of the same size; the ratio. Targets 0.8 (sequential) and 0.7
+  (``--concurrency`` in flight).
+- ``memory_create``: microseconds per ``Mesh.create_node`` on the embedded store (the CPU cost of
+  the mesh itself); target 60 µs.
+- ``unavailable``: UNAVAILABLE answers per second (writes refused as unreachable, an in-memory
+  ledger recording each, no retry ladder so the figure is CPU, not backoff); target 10,000/s.
+- ``read_ladder``: one ``PostgresStore.read`` through the mesh's retry ladder against a raw
+  ``pool.fetchrow`` of the same row, and against tenacity's ``AsyncRetrying`` around the same
+  fetch when tenacity is installed: the overhead over raw for each (µs and ratio).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode
+from rxmesh.aio import first_value
+from rxmesh.faults import is_transient_connect_fault
+from rxmesh.ledger import PendingWriteLedger
+from rxmesh.operators import retry_transient_connect
+from rxmesh.providers.memory import InMemoryStore
+from rxmesh.providers.postgres import PostgresStore, quote_identifier
+from rxmesh.testing import FaultInjectingStore
+
+DEFAULT_DSN = os.environ.get("RXMESH_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+ALICE = AccessContext(user="bench")
+
+
+def _emit(row: dict[str, Any]) -> None:
+    print(json.dumps(row), flush=True)
+
+
+async def _rate(work: Callable[[int], Awaitable[None]], n: int, concurrency: int) -> float:
+    """Operations per second of ``work(i)`` for ``i < n``, ``concurrency`` at a time."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with gate:
+            await work(i)
+
+    start = time.perf_counter()
+    if concurrency == 1:
+        for i in range(n):
+            await work(i)
+    else:
+        await asyncio.gather(*(one(i) for i in range(n)))
+    return n / (time.perf_counter() - start)
+
+
+async def pg_create(dsn: str, creates: int, concurrency: int, repeat: int) -> list[dict[str, Any]]:
+    """``Mesh.create_node`` on PostgreSQL against a raw single INSERT, sequential and concurrent."""
+    prefix = f"rxbm{uuid.uuid4().hex[:8]}_"
+    store = PostgresStore(dsn, schema_prefix=prefix, max_size=10)
+    await store.start()
+    mesh = Mesh(store, ledger=PendingWriteLedger(""))
+    raw_schema = f"{prefix}raw"
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=10)
+    assert pool is not None
+    table = f"{quote_identifier(raw_schema)}.nodes"
+    await pool.execute(
+        f"CREATE SCHEMA {quote_identifier(raw_schema)}; CREATE TABLE {table} (path text PRIMARY "
+        "KEY, node_type text, content jsonb, created_by text, created_at timestamptz, version "
+        "bigint NOT NULL DEFAULT 0, request_id text)"
+    )
+    failures: dict[str, int] = {}
+    rows: list[dict[str, Any]] = []
+    try:
+        for mode, inflight in (("sequential", 1), ("concurrent", concurrency)):
+            mesh_rates: list[float] = []
+            raw_rates: list[float] = []
+            for round_ in range(repeat):
+                partition = f"{mode[0]}{round_}"
+                await mesh.create(MeshNode(path=f"{partition}/warm", content={}), access=ALICE)
+
+                async def via_mesh(i: int, partition: str = partition) -> None:
+                    node = MeshNode(path=f"{partition}/n{i:06d}", node_type="B", content={"i": i})
+                    answer = await first_value(
+                        mesh.create_node(CreateNodeRequest(node=node, access=ALICE))
+                    )
+                    if not answer.success:
+                        key = str(answer.rejection_reason)
+                        failures[key] = failures.get(key, 0) + 1
+
+                async def raw(i: int, tag: str = f"{mode}{round_}") -> None:
+                    await pool.execute(
+                        f"INSERT INTO {table} (path, node_type, content, created_by, created_at,"
+                        " version, request_id) VALUES ($1, $2, $3::jsonb, $4, now(), 1, $5)"
+                        " ON CONFLICT (path) DO NOTHING",
+                        f"{tag}/n{i:06d}",
+                        "B",
+                        json.dumps({"i": i}),
+                        "bench",
+                        uuid.uuid4().hex,
+                    )
+
+                pair = [(mesh_rates, via_mesh), (raw_rates, raw)]
+                if round_ % 2:
+                    pair.reverse()
+                for rates, work in pair:
+                    rates.append(await _rate(work, creates, inflight))
+            mesh_rate, raw_rate = statistics.median(mesh_rates), statistics.median(raw_rates)
+            rows.append(
+                {
+                    "bench": "mesh",
+                    "measure": "pg_create",
+                    "mode": mode,
+                    "in_flight": inflight,
+                    "creates": creates,
+                    "repeat": repeat,
+                    "mesh_per_s": round(mesh_rate),
+                    "raw_insert_per_s": round(raw_rate),
+                    "ratio": round(mesh_rate / raw_rate, 3),
+                    "target_ratio": 0.8 if inflight == 1 else 0.7,
+                    "not_success": dict(failures),
+                }
+            )
+    finally:
+        await pool.execute(f"DROP SCHEMA {quote_identifier(raw_schema)} CASCADE")
+        await pool.close()
+        await store.close()
+        conn = await asyncpg.connect(dsn)
+        try:
+            for row in await conn.fetch(
+                "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", prefix
+            ):
+                await conn.execute(f"DROP SCHEMA {quote_identifier(row[0])} CASCADE")
+        finally:
+            await conn.close()
+    return rows
+
+
+async def memory_create(creates: int, repeat: int) -> dict[str, Any]:
+    """Microseconds per ``Mesh.create_node`` on the embedded store (sequential)."""
+    mesh = Mesh(InMemoryStore(), ledger=PendingWriteLedger(""))
+    await mesh.create(MeshNode(path="m/warm", content={}), access=ALICE)
+    per: list[float] = []
+    for round_ in range(repeat):
+
+        async def work(i: int, round_: int = round_) -> None:
+            node = MeshNode(path=f"m/r{round_}n{i:06d}", node_type="B", content={"i": i})
+            await first_value(mesh.create_node(CreateNodeRequest(node=node, access=ALICE)))
+
+        per.append(1e6 / await _rate(work, creates, 1))
+    mesh.dispose()
+    us = statistics.median(per)
+    return {
+        "bench": "mesh",
+        "measure": "memory_create",
+        "creates": creates,
+        "repeat": repeat,
+        "us_per_create": round(us, 1),
+        "creates_per_s": round(1e6 / us),
+        "target_us": 60,
+    }
+
+
+async def unavailable(answers: int, repeat: int) -> dict[str, Any]:
+    """UNAVAILABLE answers per second: writes refused, each intent recorded in memory."""
+    store = FaultInjectingStore(InMemoryStore())
+    mesh = Mesh(store, ledger=PendingWriteLedger(""), retry_delays=())
+    await mesh.create(MeshNode(path="u/warm", content={}), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    rates: list[float] = []
+    reasons: set[str] = set()
+    for round_ in range(repeat):
+
+        async def work(i: int, round_: int = round_) -> None:
+            node = MeshNode(path=f"u/r{round_}n{i:06d}", node_type="B", content={"i": i})
+            answer = await first_value(
+                mesh.create_node(CreateNodeRequest(node=node, access=ALICE))
+            )
+            reasons.add(str(answer.rejection_reason))
+
+        rates.append(await _rate(work, answers, 64))
+    mesh.dispose()
+    rate = statistics.median(rates)
+    return {
+        "bench": "mesh",
+        "measure": "unavailable",
+        "answers": answers,
+        "repeat": repeat,
+        "answers_per_s": round(rate),
+        "reasons": sorted(reasons),
+        "target_per_s": 10_000,
+    }
+
+
+async def read_ladder(dsn: str, reads: int, repeat: int) -> dict[str, Any]:
+    """One read through the mesh's ladder vs a raw fetchrow (and tenacity, when installed)."""
+    prefix = f"rxbr{uuid.uuid4().hex[:8]}_"
+    store = PostgresStore(dsn, schema_prefix=prefix, max_size=4)
+    await store.start()
+    await first_value(store.write(MeshNode(path="r/x", content={"v": 1}, version=1)))
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4)
+    assert pool is not None
+    table = f"{quote_identifier(store.schema_of('r'))}.nodes"
+    ladder = retry_transient_connect()
+    sql = (
+        "SELECT path, node_type, content::text AS content, created_by, created_at, version,"
+        f" request_id FROM {table} WHERE path = $1"
+    )
+
+    async def raw(_: int) -> None:
+        await pool.fetchrow(sql, "r/x")
+
+    async def mesh_read(_: int) -> None:
+        await first_value(store.read("r/x").pipe(ladder))
+
+    contenders: dict[str, Callable[[int], Awaitable[None]]] = {"raw": raw, "rxmesh": mesh_read}
+    try:
+        import tenacity
+
+        async def with_tenacity(_: int) -> None:
+            async for attempt in tenacity.AsyncRetrying(
+                retry=tenacity.retry_if_exception(is_transient_connect_fault),
+                wait=tenacity.wait_fixed(0.25),
+                stop=tenacity.stop_after_attempt(4),
+                reraise=True,
+            ):
+                with attempt:
+                    await pool.fetchrow(sql, "r/x")
+
+        contenders["tenacity"] = with_tenacity
+    except ImportError:
+        pass
+    us: dict[str, list[float]] = {name: [] for name in contenders}
+    try:
+        for round_ in range(repeat):
+            names = list(contenders)
+            names = names[round_ % len(names) :] + names[: round_ % len(names)]
+            for name in names:
+                us[name].append(1e6 / await _rate(contenders[name], reads, 1))
+    finally:
+        await pool.close()
+        await store.close()
+        conn = await asyncpg.connect(dsn)
+        try:
+            schema = quote_identifier(store.schema_of('r'))
+            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        finally:
+            await conn.close()
+    median = {name: statistics.median(values) for name, values in us.items()}
+    row: dict[str, Any] = {
+        "bench": "mesh",
+        "measure": "read_ladder",
+        "reads": reads,
+        "repeat": repeat,
+        "us": {name: round(value, 1) for name, value in median.items()},
+        "ratio_vs_raw": {
+            name: round(value / median["raw"], 3) for name, value in median.items() if name != "raw"
+        },
+    }
+    if "tenacity" in median:
+        row["rxmesh_over_tenacity_us"] = round(median["rxmesh"] - median["tenacity"], 1)
+    return row
+
+
+async def run(args: argparse.Namespace) -> None:
+    for row in await pg_create(args.dsn, args.creates, args.concurrency, args.repeat):
+        _emit(row)
+    _emit(await memory_create(args.memory, args.repeat))
+    _emit(await unavailable(args.memory, args.repeat))
+    _emit(await read_ladder(args.dsn, args.reads, args.repeat))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--dsn", default=DEFAULT_DSN)
+    parser.add_argument("--creates", type=int, default=400)
+    parser.add_argument("--memory", type=int, default=4000)
+    parser.add_argument("--reads", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=3)
+    asyncio.run(run(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

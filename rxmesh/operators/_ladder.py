@@ -1,0 +1,169 @@
+"""The retry ladder's ONE definition (SPEC §2): its delays, its classifier, its hook, and the rule
+that decides between "retry after d seconds" and "give up with the last error".
+
+Two thin drivers use it and hold no rule of their own: the reactivex operator
+:func:`~rxmesh.operators.retry_transient_connect` (for streams: "before the first item") and
+:meth:`Ladder.call` (for one-shot coroutines: a coroutine has no item before its result, so every
+failure is "before the first item").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from loguru import logger
+from reactivex import abc
+
+from rxmesh.faults import is_transient_connect_fault
+
+__all__ = [
+    "DEFAULT_RETRY_DELAYS",
+    "Ladder",
+    "OnRetry",
+    "require_callable",
+    "scheduler_sleep",
+    "validate_ladder",
+]
+
+T = TypeVar("T")
+
+DEFAULT_RETRY_DELAYS: tuple[float, ...] = (0.25, 0.5, 1.0)
+"""Seconds waited before each retry: four attempts at most, 1.75 s of budget."""
+
+OnRetry = Callable[[BaseException, int, float], object]
+"""``on_retry(error, attempt, delay)``: ``attempt`` counts retries from 1."""
+
+
+def validate_ladder(name: str, ladder: Sequence[float], *, allow_empty: bool) -> tuple[float, ...]:
+    """Return ``ladder`` as a tuple of floats, refusing what no timer can wait (shared helper).
+
+    Raises:
+        TypeError: ``ladder`` is not a sequence of real numbers.
+        ValueError: a delay is negative or not finite, or the ladder is empty where one is needed.
+    """
+    if isinstance(ladder, str | bytes) or not isinstance(ladder, Sequence):
+        raise TypeError(f"{name} must be a sequence of seconds, got {type(ladder).__name__}")
+    result: list[float] = []
+    for step in ladder:
+        if isinstance(step, bool) or not isinstance(step, int | float):
+            raise TypeError(f"{name} must hold numbers of seconds, got {step!r}")
+        seconds = float(step)
+        if not seconds >= 0.0 or seconds == float("inf"):
+            raise ValueError(f"{name} must hold finite delays >= 0 seconds, got {step!r}")
+        result.append(seconds)
+    if not result and not allow_empty:
+        raise ValueError(f"{name} must not be empty")
+    return tuple(result)
+
+
+def require_callable(name: str, value: object, *, optional: bool = False) -> None:
+    """Raise ``TypeError`` naming ``name`` unless ``value`` is callable (or optional ``None``)."""
+    if value is None and optional:
+        return
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+
+
+async def scheduler_sleep(scheduler: abc.SchedulerBase | None, seconds: float) -> None:
+    """Wait ``seconds`` on ``scheduler`` (virtual time on a ``TestScheduler``), or on the running
+    loop when it is ``None``. Cancelling the waiting task cancels the timer."""
+    if scheduler is None:
+        await asyncio.sleep(seconds)
+        return
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def fire(_: abc.SchedulerBase, __: Any = None) -> None:
+        if not done.done():
+            loop.call_soon_threadsafe(_resolve, done)
+
+    timer = scheduler.schedule_relative(seconds, fire)
+    try:
+        await done
+    finally:
+        timer.dispose()
+
+
+def _resolve(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
+@dataclass(frozen=True, slots=True)
+class Ladder:
+    """Retry once, then answer: ``len(delays)`` retries at most, waiting ``delays[i]`` before the
+    i-th, only for errors ``should_retry`` accepts, only before the first item.
+
+    Build it with :meth:`of` (which validates); use :meth:`step` from a driver.
+    """
+
+    delays: tuple[float, ...]
+    should_retry: Callable[[BaseException], bool]
+    on_retry: OnRetry | None
+
+    @classmethod
+    def of(
+        cls,
+        delays: Sequence[float] = DEFAULT_RETRY_DELAYS,
+        *,
+        should_retry: Callable[[BaseException], bool] = is_transient_connect_fault,
+        on_retry: OnRetry | None = None,
+    ) -> Ladder:
+        """A validated ladder (``TypeError``/``ValueError`` naming the bad argument)."""
+        ladder = validate_ladder("delays", delays, allow_empty=True)
+        require_callable("should_retry", should_retry)
+        require_callable("on_retry", on_retry, optional=True)
+        return cls(ladder, should_retry, on_retry)
+
+    def step(self, error: BaseException, retries: int, *, emitted: bool) -> float | None:
+        """THE rule: after the failure ``error`` (with ``retries`` retries made so far, and
+        ``emitted`` whether anything reached downstream), the delay before the next attempt, or
+        ``None`` to give up — the driver then surfaces ``error`` itself, unchanged.
+
+        A scheduled retry is logged at WARNING and told to ``on_retry(error, attempt, delay)``.
+        Whatever the classifier or the hook raises propagates (the driver ends with it).
+        """
+        if emitted or retries >= len(self.delays) or not self.should_retry(error):
+            return None
+        delay = self.delays[retries]
+        attempt = retries + 1
+        error_type = type(error).__name__
+        logger.bind(
+            attempt=attempt, attempts=len(self.delays), delay=delay, error_type=error_type
+        ).warning(
+            "store not reached ({}: {}); resubscribing in {}s (retry {}/{})",
+            error_type,
+            error,
+            delay,
+            attempt,
+            len(self.delays),
+        )
+        if self.on_retry is not None:
+            self.on_retry(error, attempt, delay)
+        return delay
+
+    async def call(
+        self,
+        work: Callable[[], Awaitable[T]],
+        *,
+        scheduler: abc.SchedulerBase | None = None,
+    ) -> T:
+        """Await ``work()``; after a failure the ladder accepts, wait and call it again.
+
+        Giving up raises the LAST error, the very same object. ``CancelledError`` (a
+        ``BaseException``) is never classified: it propagates at once, and cancelling during a
+        wait cancels the timer (nothing runs again).
+        """
+        retries = 0
+        while True:
+            try:
+                return await work()
+            except Exception as error:
+                delay = self.step(error, retries, emitted=False)
+                if delay is None:
+                    raise
+            retries += 1
+            await scheduler_sleep(scheduler, delay)
