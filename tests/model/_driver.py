@@ -51,9 +51,10 @@ _T = TypeVar("_T")
 @dataclass(frozen=True)
 class Op:
     """One request of a batch. ``verb``: create, bulk, update, delete, move, grant, revoke,
-    resend (``back`` picks the request sent ``back`` sends ago, verbatim), retry (the caller's
-    re-issue, verbatim, of its latest request answered UNAVAILABLE) or undo (the requester of
-    the ``back``-th latest create deletes its node; of a bulk, its ``which``-th node)."""
+    resend (``back`` picks the request sent ``back`` sends ago, verbatim), again (the same, over
+    creates and bulks only), retry (the caller's re-issue, verbatim, of its latest request
+    answered UNAVAILABLE) or undo (the requester of the ``back``-th latest create deletes its
+    node; of a bulk, its ``which``-th node)."""
 
     verb: str
     user: str = "system"
@@ -71,6 +72,8 @@ class Op:
             return f"resend({self.back})"
         if self.verb == "retry":
             return "retry()"
+        if self.verb == "again":
+            return f"again({self.back})"
         if self.verb == "undo":
             return f"undo({self.back}, {self.which})"
         if self.verb == "grant":
@@ -111,6 +114,10 @@ def revoke(partition: str, grantee: str) -> Op:
 
 def resend(back: int = 0) -> Op:
     return Op("resend", back=back)
+
+
+def again(back: int = 0) -> Op:
+    return Op("again", back=back)
 
 
 def retry() -> Op:
@@ -202,11 +209,19 @@ class Driver:
         return self.loop.run_until_complete(work)
 
     async def _idle(self) -> None:
-        """Yield until nothing but this task is ready on the loop (no IO, no real timers)."""
+        """Yield until nothing but this task is ready on the loop (no IO, no real timers).
+
+        CPython's loop keeps its ready callbacks in ``_ready``; a loop without it gets a fixed
+        number of turns (enough for the embedded store, whose calls complete synchronously).
+        """
         ready = getattr(self.loop, "_ready", None)
+        if ready is None:
+            for _ in range(200):
+                await asyncio.sleep(0)
+            return
         for _ in range(100_000):
             await asyncio.sleep(0)
-            if ready is not None and not ready:
+            if not ready:
                 return
         raise AssertionError("the loop never went idle")
 
@@ -251,13 +266,15 @@ class Driver:
         if op.verb == "retry":
             return self._unavailable() or (self.sent[-1] if self.sent else None)
         req: Request
+        made = [
+            r
+            for r in self.sent
+            if isinstance(r, CreateNodesRequest)
+            or (isinstance(r, CreateNodeRequest) and "/_" not in r.node.path)
+        ]
+        if op.verb == "again":
+            return made[max(0, len(made) - 1 - op.back)] if made else None
         if op.verb == "undo":
-            made = [
-                r
-                for r in self.sent
-                if isinstance(r, CreateNodesRequest)
-                or (isinstance(r, CreateNodeRequest) and "/_" not in r.node.path)
-            ]
             if not made:
                 return None
             origin = made[max(0, len(made) - 1 - op.back)]
@@ -293,10 +310,13 @@ class Driver:
         return req
 
     def _unavailable(self) -> Request | None:
-        """The caller's latest request whose latest answer (to the caller) was UNAVAILABLE."""
+        """The caller's latest request whose latest answer (to the caller) was UNAVAILABLE: a
+        caller stops re-issuing a request once it has been answered otherwise."""
+        decided: set[int] = set()
         for attempt in reversed(self.mesh.attempts):
-            if attempt.by_ledger or not attempt.answers:
+            if attempt.by_ledger or not attempt.answers or id(attempt.request) in decided:
                 continue
+            decided.add(id(attempt.request))
             if attempt.answers[-1].rejection_reason is RejectionReason.UNAVAILABLE:
                 return attempt.request
         return None

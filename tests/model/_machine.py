@@ -52,6 +52,7 @@ def _ops(focus: str, second: str) -> st.SearchStrategy[Op]:
     )
     resend = st.builds(lambda back: Op("resend", back=back), st.sampled_from((0, 0, 1, 2, 3)))
     retry = st.just(Op("retry"))
+    again = st.builds(lambda back: Op("again", back=back), st.sampled_from((0, 0, 1, 2)))
     undo = st.builds(
         lambda back, which: Op("undo", back=back, which=which),
         st.sampled_from((0, 0, 1, 2)),
@@ -78,6 +79,7 @@ def _ops(focus: str, second: str) -> st.SearchStrategy[Op]:
             st.sampled_from(GRANTEES),
         ),
         resend,
+        again,
         retry,
         retry,
         undo,
@@ -111,7 +113,7 @@ def _toggles(focus: str) -> st.SearchStrategy[Toggle | None]:
     return st.one_of(
         st.none(),
         before,
-        st.builds(Toggle, st.sampled_from(TOGGLES), st.just(0)),
+        st.builds(Toggle, st.sampled_from((*TOGGLES, "restore", "restore")), st.just(0)),
         st.builds(Toggle, st.sampled_from(TOGGLES), st.sampled_from((1, 2, 3, 5))),
     )
 
@@ -182,7 +184,7 @@ def profile(examples: int, steps: int, *, shrink: bool = True) -> settings:
     )
 
 
-EMBEDDED = profile(examples=1000, steps=12)
+EMBEDDED = profile(examples=800, steps=24)
 """The CI profile on the embedded store (measured in the module docstring of test_machine)."""
 
 
