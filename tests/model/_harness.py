@@ -605,6 +605,22 @@ def _row_of(state: State, *, path: str, rid: str, mine: bool) -> bool:
     return row is not None and (row.request_id == rid) is mine
 
 
+def _bad_heal(path: str, user: str, row: Row, before: State) -> str:
+    """Why a partition record written by a heal was not the heal's to write ("" if it was): the
+    owner record names the requester; a grant goes only to the partition's owner (a user with a
+    grant of its own is never healed one, and the system gets none)."""
+    partition = partition_of(path)
+    if path == owner_path(partition):
+        value = row.value()
+        named = value.get("owner") if isinstance(value, dict) else None
+        return "" if named == user else f"healed {path} naming {named!r}, not {user!r}"
+    if path == grant_path(partition, user):
+        holder = owner(before, partition)
+        if holder != user or user == SYSTEM_USER:
+            return f"healed a grant {path} for {user!r}; the partition's owner is {holder!r}"
+    return ""
+
+
 def heal_partitions(attempt: Attempt) -> set[str]:
     """The partitions an attempt may heal: a create's, a bulk's, a move's target."""
     if attempt.kind in ("create", "bulk"):
@@ -890,7 +906,11 @@ class Oracle:
                         and path in heal_paths(attempt)
                         and (row is not None and row.created_by == SYSTEM_USER)
                     ):
-                        continue  # a partition heal (judged by no-heal-after-failed-read)
+                        assert row is not None
+                        why = _bad_heal(path, attempt.user, row, recorder.history[event.index - 1])
+                        if why:
+                            self.fail(_fail("unacknowledged-write", attempt, why))
+                        continue  # a partition heal (its read: no-heal-after-failed-read)
                     self.fail(_fail("unacknowledged-write", attempt, f"{path} written ({call})"))
             elif not (success and attempt.kind == call.op):
                 self.fail(_fail("unacknowledged-write", attempt, f"{call} changed the store"))

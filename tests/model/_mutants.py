@@ -25,7 +25,7 @@ from rxmesh.exceptions import NodeAccessDeniedError, NodeValidationError
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome, PendingWriteRecovery
 from rxmesh.mesh import _arms
 from rxmesh.mesh import _mesh as mesh_module
-from rxmesh.mesh._access import GrantPolicy, PartitionFacts
+from rxmesh.mesh._access import GrantPolicy, PartitionFacts, grant_path
 from rxmesh.model import ChangeFeedGap, partition_of
 from rxmesh.operations import (
     CreateNodeRequest,
@@ -201,6 +201,27 @@ def _deletes_then_refuses(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(Mesh, "_authorise", _authorise)
 
 
+def _grants_itself(mp: pytest.MonkeyPatch) -> None:
+    original = Mesh._authorise
+
+    async def _authorise(
+        self: Mesh, partition: str, access: AccessContext, verb: str, **kw: Any
+    ) -> Any:
+        try:
+            return await original(self, partition, access, verb, **kw)
+        except NodeAccessDeniedError:
+            if verb == "create":  # the mutant: "heals" the grant it was refused for
+                grant = MeshNode(
+                    path=grant_path(partition, access.user),
+                    node_type="Grant",
+                    content={"permissions": ["*"]},
+                )
+                await self._write_system(grant, [])
+            raise
+
+    mp.setattr(Mesh, "_authorise", _authorise)
+
+
 def _bug3(mp: pytest.MonkeyPatch) -> None:
     """Issue 20, bug 3: UNAVAILABLE says 'Nothing was written' after a partition heal wrote.
 
@@ -311,6 +332,12 @@ MUTANTS = (
         "unacknowledged-write",
         "a delete refused FORBIDDEN deletes first",
         _deletes_then_refuses,
+    ),
+    Mutant(
+        "grants-itself",
+        "unacknowledged-write",
+        "a create refused FORBIDDEN writes the requester a grant",
+        _grants_itself,
     ),
     Mutant(
         "bug3", "nothing-written", "issue 20 bug 3: 'Nothing was written' after a heal wrote", _bug3
