@@ -164,6 +164,19 @@ def _is_closed(conn: _Connection) -> bool:
         return True
 
 
+async def _leave_no_session_state(conn: asyncpg.Connection) -> None:
+    """The pool's reset on release: nothing to send.
+
+    asyncpg's default sends ``SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;``
+    on every release — one round trip per store call. rxmesh leaves no session state on a pooled
+    connection (every advisory lock is transaction-scoped, it never SETs, LISTENs or keeps a
+    cursor outside a transaction there; the change feed has its own connection), and asyncpg
+    still rolls back an open transaction and drops listeners before calling this. Behind a
+    transaction pooler the default reset was also harmful: it ran on whatever server connection
+    the pooler lent, undoing another client's session state.
+    """
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -422,6 +435,7 @@ class PostgresStore:
                 max_size=self._max_size,
                 timeout=self._connect_timeout,
                 server_settings={"application_name": "rxmesh"},
+                reset=_leave_no_session_state,
                 **self._connect_options(pooled=self._pooled),
             )
         except _DRIVER_FAULTS as exc:
