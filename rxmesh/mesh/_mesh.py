@@ -13,7 +13,6 @@ from typing import Any, Literal, Protocol, TypeVar
 from loguru import logger
 from pydantic import BaseModel, ValidationError
 from reactivex import Observable, abc
-from reactivex import operators as ops
 from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
@@ -83,7 +82,9 @@ from rxmesh.operators import (
     fan_in,
     retry_transient_connect,
 )
+from rxmesh.operators._ladder import Ladder
 from rxmesh.providers import Store
+from rxmesh.providers._store import call
 
 __all__ = ["Mesh", "NodeTypeValidator", "Validator"]
 
@@ -414,6 +415,7 @@ class Mesh:
         self.node_types = node_types
         self.record_pending_writes = record_pending_writes
         self._scheduler = scheduler
+        self._ladder = Ladder.of(tuple(retry_delays))
         self._retry = retry_transient_connect(tuple(retry_delays), scheduler=scheduler)
         self._initial_budget = initial_budget
         self.queries: SyncedQueryCache[NodeQuery, QueryFrame] = SyncedQueryCache(
@@ -448,9 +450,14 @@ class Mesh:
         if self._disposed:
             raise MeshDisposedError("the mesh was disposed")
 
-    async def _ask(self, source: Observable[T]) -> T:
-        """One store call through the retry ladder (the only place the mesh retries)."""
-        return await first_value(source.pipe(self._retry))
+    async def _ask(self, operation: str, *args: Any) -> Any:
+        """One store call (``"read"``, ``"write"``, ...) through the retry ladder: the only place
+        the mesh retries. Awaits the store's coroutine twin when it has one (no observable
+        machinery on the way), else its observable method (:func:`rxmesh.providers.call`)."""
+        store = self.store
+        return await self._ladder.call(
+            lambda: call(store, operation, *args), scheduler=self._scheduler
+        )
 
     def query(self, query: NodeQuery) -> Observable[QueryFrame]:
         """A live query (Initial, then deltas), cold: each subscription opens its own upstream.
@@ -545,7 +552,7 @@ class Mesh:
         """Root, grant and ownership record, read together in ONE store call (one snapshot:
         a concurrent heal is seen whole or not at all); every read fault propagates."""
         root, grant, owner = partition, grant_path(partition, user), owner_path(partition)
-        found = await self._ask(self.store.read_many([root, grant, owner]))
+        found: dict[str, MeshNode] = await self._ask("read_many", [root, grant, owner])
         return PartitionFacts(partition, found.get(root), found.get(grant), found.get(owner))
 
     async def _write_system(self, node: MeshNode, heals: list[str]) -> None:
@@ -558,7 +565,7 @@ class Mesh:
             update={"created_by": SYSTEM_USER, "created_at": _now(), "version": 1}
         )
         try:
-            await self._ask(self.store.write(stamped))
+            await self._ask("write", stamped)
         except StoreConflictError:
             logger.bind(path=node.path).debug("system record '{}' already exists", node.path)
             return
@@ -847,7 +854,7 @@ class Mesh:
         validate_path(node.path)
         access = self._requester(req.access, node)
         self._fail_fast(node, access)
-        existing = await self._ask(self.store.read(node.path))
+        existing: MeshNode | None = await self._ask("read", node.path)
         if existing is not None:
             if existing.request_id == req.request_id:
                 return existing  # an ambiguous commit that did land: this request created it
@@ -877,9 +884,18 @@ class Mesh:
                 "request_id": req.request_id,
             }
         )
-        write = self.store.write(stamped).pipe(ops.do_action(on_error=write_failures.append))
+        store = self.store
+
+        async def write() -> MeshNode:
+            try:
+                written: MeshNode = await call(store, "write", stamped)
+            except Exception as failure:
+                write_failures.append(failure)  # judged by the arm: may this write have landed?
+                raise
+            return written
+
         try:
-            return await self._ask(write)
+            return await self._ladder.call(write, scheduler=self._scheduler)
         except StoreConflictError as exc:
             raise NodeExistsError(
                 f"a node already exists at '{node.path}' (written by another request)",
@@ -998,7 +1014,7 @@ class Mesh:
         first = req.nodes[0]
         access = self._requester(req.access, first)
         paths = [node.path for node in req.nodes]
-        present = await self._ask(self.store.read_many(paths))
+        present: dict[str, MeshNode] = await self._ask("read_many", paths)
         todo: list[MeshNode] = []
         for node in req.nodes:
             existing = present.get(node.path)
@@ -1051,7 +1067,7 @@ class Mesh:
         unsettled = [p for p in by_path if p not in state.landed]
         if unsettled:
             # Rows skipped by ON CONFLICT: ours (an ambiguous commit) or someone else's.
-            found = await self._ask(self.store.read_many(unsettled))
+            found: dict[str, MeshNode] = await self._ask("read_many", unsettled)
             for path in unsettled:
                 row = found.get(path)
                 if row is not None and row.request_id == req.request_id:
@@ -1099,7 +1115,7 @@ class Mesh:
             if unsettled:
                 try:
                     # No retry here: a terminal arm never retries; a failing probe finds nothing.
-                    found = await first_value(self.store.read_many(unsettled))
+                    found = await call(self.store, "read_many", unsettled)
                 except Exception as probe_error:  # noqa: BLE001 - reported, counts as none found
                     logger.bind(event="probe_failed").warning(
                         "landed-probe after a failed bulk write failed ({}): counting none found",
@@ -1308,14 +1324,14 @@ class Mesh:
             access = self._requester(req.access, node)
             self._fail_fast(node, access)
             missing = f"no node at '{node.path}' to update"
-            existing = await self._ask(self.store.read(node.path))
+            existing: MeshNode | None = await self._ask("read", node.path)
             if existing is None:
                 raise NodeValidationError(missing, path=node.path)
             await self._authorise(
                 node.partition, access, "update", creating=node.path, absent=missing
             )
             self._validate_content(node, access)
-            updated = await self._ask(self.store.update(node))
+            updated: MeshNode | None = await self._ask("update", node)
             if updated is None:
                 raise NodeValidationError(f"no node at '{node.path}' to update", path=node.path)
             return updated
@@ -1342,7 +1358,7 @@ class Mesh:
             await self._authorise(
                 partition_of(path), access, "delete", creating=path, absent=missing
             )
-            if not await self._ask(self.store.delete(path)):
+            if not await self._ask("delete", path):
                 raise NodeValidationError(missing, path=path)
             return None
 
@@ -1370,13 +1386,13 @@ class Mesh:
             await self._authorise(
                 source_partition, access, "move", creating=target, absent=missing
             )
-            if await self._ask(self.store.read(source)) is None:
+            if await self._ask("read", source) is None:
                 raise NodeValidationError(missing, path=source)
             if target_partition != source_partition:
                 facts = await self._authorise(target_partition, access, "move", creating=target)
                 await self._heal(facts, access, "move", creating=target, heals=heals)
             try:
-                moved = await self._ask(self.store.move(source, target))
+                moved: MeshNode | None = await self._ask("move", source, target)
             except StoreConflictError as exc:
                 raise NodeExistsError(f"a node already exists at '{target}'", path=target) from exc
             if moved is None:

@@ -77,7 +77,9 @@ async def scheduler_sleep(scheduler: abc.SchedulerBase | None, seconds: float) -
     done: asyncio.Future[None] = loop.create_future()
 
     def fire(_: abc.SchedulerBase, __: Any = None) -> None:
-        if not done.done():
+        if _on_loop_thread(loop):
+            _resolve(done)  # the waiting task wakes on the loop's next turn, as a timer would
+        else:
             loop.call_soon_threadsafe(_resolve, done)
 
     timer = scheduler.schedule_relative(seconds, fire)
@@ -85,6 +87,13 @@ async def scheduler_sleep(scheduler: abc.SchedulerBase | None, seconds: float) -
         await done
     finally:
         timer.dispose()
+
+
+def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 def _resolve(done: asyncio.Future[None]) -> None:

@@ -4,6 +4,11 @@ Every method returns a COLD observable: nothing happens until it is subscribed, 
 subscription runs the work again (so ``retry_transient_connect`` really retries). ``changes``,
 ``gaps`` and ``answers_again`` are hot streams of what the store reports.
 
+Coroutine twins: a store MAY also offer ``aread``, ``aread_many``, ``awrite``, ``aupdate``,
+``adelete`` and ``amove``, the same operations awaited directly (the mesh's internals call them
+through :func:`call`, which falls back to the observable method when a store has no twin). The
+bundled stores all do; the twin and the observable run the very same step.
+
 Fault contract: a read returns ``None`` ONLY for a clean absence (including "the partition's
 schema does not exist yet"); every fault propagates as an error, never as ``None``. Driver and
 network failures are mapped at the provider's boundary to :class:`~rxmesh.exceptions.StoreError`
@@ -12,11 +17,13 @@ with the right ``sqlstate`` and ``raise ... from exc``, so :mod:`rxmesh.faults` 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from reactivex import Observable
 
+from rxmesh.aio import first_value
 from rxmesh.model import (
     ChangeFeedGap,
     MeshNode,
@@ -27,7 +34,17 @@ from rxmesh.model import (
     WindowCommitted,
 )
 
-__all__ = ["DEFAULT_WRITE_WINDOW", "Store"]
+__all__ = ["DEFAULT_WRITE_WINDOW", "Store", "call"]
+
+
+_TWINS = {
+    "read": "aread",
+    "read_many": "aread_many",
+    "write": "awrite",
+    "update": "aupdate",
+    "delete": "adelete",
+    "move": "amove",
+}
 
 DEFAULT_WRITE_WINDOW = 1000
 """Rows per bulk-write window (one transaction each)."""
@@ -103,3 +120,41 @@ class Store(Protocol):
     def answers_again(self) -> Observable[StoreEvidence]:
         """Hot stream of evidence that the store answers: gaps declared and commits announced."""
         ...
+
+
+async def call(store: Store, operation: str, *args: Any) -> Any:
+    """Run one store ``operation`` (``"read"``, ``"write"``, ...) and return its result.
+
+    Awaits the store's coroutine twin (``aread`` for ``read``, ...) when it has one, else takes
+    the first item of the observable method: one code path for every store, with no observable
+    machinery when the store is coroutine-first. A twin is used only where it runs the same
+    step as the observable method: a subclass (or an instance) that overrides ``write`` but not
+    ``awrite`` gets its ``write`` called. Errors propagate unchanged.
+    """
+    twin = _twin(store, operation)
+    if twin is not None:
+        return await twin(*args)
+    return await first_value(getattr(store, operation)(*args))
+
+
+def _twin(store: object, operation: str) -> Any:
+    name = _TWINS[operation]
+    own = getattr(store, "__dict__", {})
+    if name in own:
+        return own[name]
+    kind: Any = type(store)  # a class is hashable; mypy's view of type[object] is not
+    if operation in own or not _class_twin(kind, operation):
+        return None
+    return getattr(store, name)
+
+
+@functools.cache
+def _class_twin(cls: type, operation: str) -> bool:
+    """Whether ``cls``'s coroutine twin of ``operation`` is at least as derived as the observable
+    method (so an override of the observable method alone is honoured)."""
+
+    def owner(name: str) -> type | None:
+        return next((klass for klass in cls.__mro__ if name in vars(klass)), None)
+
+    observable, twin = owner(operation), owner(_TWINS[operation])
+    return twin is not None and (observable is None or issubclass(twin, observable))

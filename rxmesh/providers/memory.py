@@ -214,27 +214,36 @@ class InMemoryStore:
         table = self._partitions.get(partition_of(path))
         return None if table is None else table.get(path)
 
+    # Each operation is one synchronous step (``_read_now`` ...), run by the observable method
+    # (``read``: once per subscription) and by its coroutine twin (``aread``: awaited directly).
+
     def read(self, path: str) -> Observable[MeshNode | None]:
         """The node at ``path``; ``None`` if absent (including a partition never written)."""
+        return _cold(lambda: self._read_now(path))
 
-        def work() -> MeshNode | None:
-            with self._lock:
-                self._reads += 1
-                return self._get(path)
+    async def aread(self, path: str) -> MeshNode | None:
+        """:meth:`read`, awaited."""
+        return self._read_now(path)
 
-        return _cold(work)
+    def _read_now(self, path: str) -> MeshNode | None:
+        with self._lock:
+            self._reads += 1
+            return self._get(path)
 
     def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
         """The nodes present among ``paths``; absent paths are missing from the dict."""
         wanted = tuple(paths)
+        return _cold(lambda: self._read_many_now(wanted))
 
-        def work() -> dict[str, MeshNode]:
-            with self._lock:
-                self._reads += 1
-                found = {path: self._get(path) for path in wanted}
-            return {path: node for path, node in found.items() if node is not None}
+    async def aread_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
+        """:meth:`read_many`, awaited."""
+        return self._read_many_now(paths)
 
-        return _cold(work)
+    def _read_many_now(self, paths: Sequence[str]) -> dict[str, MeshNode]:
+        with self._lock:
+            self._reads += 1
+            found = {path: self._get(path) for path in paths}
+        return {path: node for path, node in found.items() if node is not None}
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -274,21 +283,24 @@ class InMemoryStore:
         Emits the stored row (``version = max(1, node.version)``). A row written by another
         request (or with no request id) errors with :class:`StoreConflictError`.
         """
+        return _cold(lambda: self._write_now(node))
 
-        def work() -> MeshNode:
-            with self._lock:
-                self.write_log.append(WriteAttempt("write", node.path))
-                existing = self._get(node.path)
-                if existing is not None:
-                    if node.request_id is not None and existing.request_id == node.request_id:
-                        return existing  # an ambiguous commit that did land: not a new commit
-                    raise self._conflict(node.path, existing, "write refused")
-                stored = node.model_copy(update={"version": max(1, node.version)})
-                change = self._upsert(stored)
-            self._publish([change])
-            return stored
+    async def awrite(self, node: MeshNode) -> MeshNode:
+        """:meth:`write`, awaited."""
+        return self._write_now(node)
 
-        return _cold(work)
+    def _write_now(self, node: MeshNode) -> MeshNode:
+        with self._lock:
+            self.write_log.append(WriteAttempt("write", node.path))
+            existing = self._get(node.path)
+            if existing is not None:
+                if node.request_id is not None and existing.request_id == node.request_id:
+                    return existing  # an ambiguous commit that did land: not a new commit
+                raise self._conflict(node.path, existing, "write refused")
+            stored = node.model_copy(update={"version": max(1, node.version)})
+            change = self._upsert(stored)
+        self._publish([change])
+        return stored
 
     def write_many(
         self, nodes: Sequence[MeshNode], window: int = DEFAULT_WRITE_WINDOW
@@ -347,42 +359,48 @@ class InMemoryStore:
 
         Keeps the stored ``created_by``, ``created_at`` and ``request_id``; ``None`` if absent.
         """
+        return _cold(lambda: self._update_now(node))
 
-        def work() -> MeshNode | None:
-            with self._lock:
-                self.write_log.append(WriteAttempt("update", node.path))
-                existing = self._get(node.path)
-                if existing is None:
-                    return None
-                stored = existing.model_copy(
-                    update={
-                        "node_type": node.node_type,
-                        "content": node.content,
-                        "version": existing.version + 1,
-                    }
-                )
-                change = self._upsert(stored)
-            self._publish([change])
-            return stored
+    async def aupdate(self, node: MeshNode) -> MeshNode | None:
+        """:meth:`update`, awaited."""
+        return self._update_now(node)
 
-        return _cold(work)
+    def _update_now(self, node: MeshNode) -> MeshNode | None:
+        with self._lock:
+            self.write_log.append(WriteAttempt("update", node.path))
+            existing = self._get(node.path)
+            if existing is None:
+                return None
+            stored = existing.model_copy(
+                update={
+                    "node_type": node.node_type,
+                    "content": node.content,
+                    "version": existing.version + 1,
+                }
+            )
+            change = self._upsert(stored)
+        self._publish([change])
+        return stored
 
     def delete(self, path: str) -> Observable[bool]:
         """Delete the node at ``path`` (not its children); ``False`` if it was absent."""
+        return _cold(lambda: self._delete_now(path))
 
-        def work() -> bool:
-            with self._lock:
-                self.write_log.append(WriteAttempt("delete", path))
-                table = self._partitions.get(partition_of(path))
-                existing = None if table is None else table.pop(path, None)
-            if existing is None:
-                return False
-            self._publish(
-                [NodeChange(source=self._name, op="delete", path=path, version=existing.version)]
-            )
-            return True
+    async def adelete(self, path: str) -> bool:
+        """:meth:`delete`, awaited."""
+        return self._delete_now(path)
 
-        return _cold(work)
+    def _delete_now(self, path: str) -> bool:
+        with self._lock:
+            self.write_log.append(WriteAttempt("delete", path))
+            table = self._partitions.get(partition_of(path))
+            existing = None if table is None else table.pop(path, None)
+        if existing is None:
+            return False
+        self._publish(
+            [NodeChange(source=self._name, op="delete", path=path, version=existing.version)]
+        )
+        return True
 
     def move(self, source: str, target: str) -> Observable[MeshNode | None]:
         """Move the node at ``source`` to the free path ``target`` (version + 1), atomically.
@@ -390,29 +408,30 @@ class InMemoryStore:
         ``None`` if ``source`` is absent; a taken ``target`` errors with
         :class:`StoreConflictError` and changes nothing. Children do not move.
         """
+        return _cold(lambda: self._move_now(source, target))
 
-        def work() -> MeshNode | None:
-            with self._lock:
-                self.write_log.append(WriteAttempt("move", source))
-                self.write_log.append(WriteAttempt("move", target))
-                existing = self._get(source)
-                if existing is None:
-                    return None
-                taken = self._get(target)
-                if taken is not None:
-                    raise self._conflict(target, taken, f"move of '{source}' refused")
-                del self._partitions[partition_of(source)][source]
-                moved = existing.model_copy(
-                    update={"path": target, "version": existing.version + 1}
-                )
-                removal = NodeChange(
-                    source=self._name, op="delete", path=source, version=existing.version
-                )
-                change = self._upsert(moved)
-            self._publish([removal, change])
-            return moved
+    async def amove(self, source: str, target: str) -> MeshNode | None:
+        """:meth:`move`, awaited."""
+        return self._move_now(source, target)
 
-        return _cold(work)
+    def _move_now(self, source: str, target: str) -> MeshNode | None:
+        with self._lock:
+            self.write_log.append(WriteAttempt("move", source))
+            self.write_log.append(WriteAttempt("move", target))
+            existing = self._get(source)
+            if existing is None:
+                return None
+            taken = self._get(target)
+            if taken is not None:
+                raise self._conflict(target, taken, f"move of '{source}' refused")
+            del self._partitions[partition_of(source)][source]
+            moved = existing.model_copy(update={"path": target, "version": existing.version + 1})
+            removal = NodeChange(
+                source=self._name, op="delete", path=source, version=existing.version
+            )
+            change = self._upsert(moved)
+        self._publish([removal, change])
+        return moved
 
     # -- live queries -------------------------------------------------------------------------
 

@@ -978,9 +978,10 @@ class PostgresStore:
 
     def read(self, path: str) -> Observable[MeshNode | None]:
         """The node at ``path``; ``None`` for a clean absence (also: no such partition)."""
-        return from_async(lambda: self._read(path))
+        return from_async(lambda: self.aread(path))
 
-    async def _read(self, path: str) -> MeshNode | None:
+    async def aread(self, path: str) -> MeshNode | None:
+        """:meth:`read`, awaited."""
         validate_path(path)
         table = self._table(partition_of(path))
 
@@ -995,9 +996,10 @@ class PostgresStore:
 
     def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
         """The nodes present among ``paths``, one query per partition."""
-        return from_async(lambda: self._read_many(list(paths)))
+        return from_async(lambda: self.aread_many(paths))
 
-    async def _read_many(self, paths: list[str]) -> dict[str, MeshNode]:
+    async def aread_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
+        """:meth:`read_many`, awaited."""
         by_partition: dict[str, list[str]] = {}
         for path in paths:
             validate_path(path)
@@ -1031,9 +1033,10 @@ class PostgresStore:
         A row already there with the same request id is an ambiguous commit that landed: it is
         emitted as if written now. Another request's row is a StoreConflictError.
         """
-        return from_async(lambda: self._write(node))
+        return from_async(lambda: self.awrite(node))
 
-    async def _write(self, node: MeshNode) -> MeshNode:
+    async def awrite(self, node: MeshNode) -> MeshNode:
+        """:meth:`write`, awaited."""
         validate_path(node.path)
         partition = node.partition
         table = self._table(partition)
@@ -1160,9 +1163,10 @@ class PostgresStore:
 
     def update(self, node: MeshNode) -> Observable[MeshNode | None]:
         """Replace type and content of an existing node, version + 1; ``None`` if absent."""
-        return from_async(lambda: self._update(node))
+        return from_async(lambda: self.aupdate(node))
 
-    async def _update(self, node: MeshNode) -> MeshNode | None:
+    async def aupdate(self, node: MeshNode) -> MeshNode | None:
+        """:meth:`update`, awaited."""
         validate_path(node.path)
         table = self._table(node.partition)
 
@@ -1183,9 +1187,10 @@ class PostgresStore:
 
     def delete(self, path: str) -> Observable[bool]:
         """Delete the node at ``path`` (not its children); ``False`` if absent."""
-        return from_async(lambda: self._delete(path))
+        return from_async(lambda: self.adelete(path))
 
-    async def _delete(self, path: str) -> bool:
+    async def adelete(self, path: str) -> bool:
+        """:meth:`delete`, awaited."""
         validate_path(path)
         table = self._table(partition_of(path))
 
@@ -1202,9 +1207,10 @@ class PostgresStore:
 
     def move(self, source: str, target: str) -> Observable[MeshNode | None]:
         """Move a node to a free path in one transaction; ``None`` if ``source`` is absent."""
-        return from_async(lambda: self._move(source, target))
+        return from_async(lambda: self.amove(source, target))
 
-    async def _move(self, source: str, target: str) -> MeshNode | None:
+    async def amove(self, source: str, target: str) -> MeshNode | None:
+        """:meth:`move`, awaited."""
         validate_path(source)
         validate_path(target)
         source_table = self._table(partition_of(source))

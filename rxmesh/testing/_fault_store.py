@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import reactivex
 from reactivex import Observable, abc
@@ -34,7 +34,7 @@ from rxmesh.model import (
     StoreEvidence,
     WindowCommitted,
 )
-from rxmesh.providers._store import DEFAULT_WRITE_WINDOW, Store
+from rxmesh.providers._store import DEFAULT_WRITE_WINDOW, Store, call
 
 __all__ = [
     "WRITE_OPS",
@@ -385,15 +385,34 @@ class FaultInjectingStore:
         def subscribe(
             observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
-            outcome, error = decide()
-            self.operations.append(Operation(op, target, outcome))
-            self.counts[op] += 1
+            error = self._enter(op, target, decide)
             if error is not None:
                 observer.on_error(error)
                 return Disposable()
             return source().subscribe(observer, scheduler=scheduler)
 
         return Observable(subscribe)
+
+    def _enter(
+        self, op: str, target: Target, decide: Callable[[], tuple[str, Exception | None]]
+    ) -> Exception | None:
+        """Decide one operation (observable or coroutine twin alike) and count it."""
+        outcome, error = decide()
+        self.operations.append(Operation(op, target, outcome))
+        self.counts[op] += 1
+        return error
+
+    async def _awaited(
+        self,
+        op: str,
+        target: Target,
+        decide: Callable[[], tuple[str, Exception | None]],
+        *args: Any,
+    ) -> Any:
+        error = self._enter(op, target, decide)
+        if error is not None:
+            raise error
+        return await call(self.inner, op, *args)
 
     def _write_decision(self) -> tuple[str, Exception | None]:
         if self._refuse_writes is not None:
@@ -435,6 +454,45 @@ class FaultInjectingStore:
             lambda: self._read_decision(wanted),
             lambda: self.inner.read_many(wanted),
         )
+
+    async def aread(self, path: str) -> MeshNode | None:
+        """:meth:`read`, awaited (the same knobs, the same log)."""
+        found: MeshNode | None = await self._awaited(
+            "read", path, lambda: self._read_decision((path,)), path
+        )
+        return found
+
+    async def aread_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
+        """:meth:`read_many`, awaited."""
+        wanted = tuple(paths)
+        found: dict[str, MeshNode] = await self._awaited(
+            "read_many", wanted, lambda: self._read_decision(wanted), wanted
+        )
+        return found
+
+    async def awrite(self, node: MeshNode) -> MeshNode:
+        """:meth:`write`, awaited."""
+        stored: MeshNode = await self._awaited("write", node.path, self._write_decision, node)
+        return stored
+
+    async def aupdate(self, node: MeshNode) -> MeshNode | None:
+        """:meth:`update`, awaited."""
+        stored: MeshNode | None = await self._awaited(
+            "update", node.path, self._write_decision, node
+        )
+        return stored
+
+    async def adelete(self, path: str) -> bool:
+        """:meth:`delete`, awaited."""
+        deleted: bool = await self._awaited("delete", path, self._write_decision, path)
+        return deleted
+
+    async def amove(self, source: str, target: str) -> MeshNode | None:
+        """:meth:`move`, awaited."""
+        moved: MeshNode | None = await self._awaited(
+            "move", (source, target), self._write_decision, source, target
+        )
+        return moved
 
     def write(self, node: MeshNode) -> Observable[MeshNode]:
         """The inner write, unless writes are refused."""

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-import reactivex
-from reactivex import operators as ops
+import pytest
 
 from rxmesh import (
     AccessContext,
@@ -44,11 +43,59 @@ async def test_a_user_without_rights_cannot_delete_a_node_created_concurrently()
     )
     assert create.success, create
     assert not delete.success, delete
-    # Linearised at its facts read, the delete met a partition (hence a node) that did not exist.
-    assert delete.rejection_reason is RejectionReason.VALIDATION_FAILED, delete
+    # Linearised at its facts read the delete met either a partition (hence a node) that did not
+    # exist yet, or bob's partition, where carol holds nothing: both are true answers.
+    assert delete.rejection_reason in {
+        RejectionReason.VALIDATION_FAILED,
+        RejectionReason.FORBIDDEN,
+    }, delete
     assert await first_value(store.read("beta/b")) is not None
     again = await first_value(mesh.delete_node(DeleteNodeRequest(path="beta/b", access=CAROL)))
     assert again.rejection_reason is RejectionReason.FORBIDDEN
+
+
+async def race_a_rightless_delete_against_a_create() -> tuple[object, object, MeshNode | None]:
+    """The interleaving forced: carol's delete reads the facts of ``beta`` while it is new, then
+    its store delete is held until bob has created ``beta/b`` (claiming the partition)."""
+    mesh, store = make_mesh()
+    created = asyncio.Event()
+    original = store.adelete
+
+    async def held_delete(path: str) -> bool:
+        await created.wait()
+        return await original(path)
+
+    store.adelete = held_delete  # type: ignore[method-assign]
+    delete = asyncio.ensure_future(
+        first_value(mesh.delete_node(DeleteNodeRequest(path="beta/b", access=CAROL)))
+    )
+    for _ in range(20):  # the delete reads beta's facts (new) and reaches its store call
+        await asyncio.sleep(0)
+    create = await first_value(mesh.create_node(CreateNodeRequest(node=doc("beta/b"), access=BOB)))
+    created.set()
+    deleted = await asyncio.wait_for(delete, 5)
+    return create, deleted, await store.aread("beta/b")
+
+
+async def test_a_rightless_delete_racing_a_create_never_removes_the_node() -> None:
+    """The same bug, deterministic: the delete is answered from the snapshot it was judged on."""
+    create, delete, row = await race_a_rightless_delete_against_a_create()
+    assert create.success  # type: ignore[attr-defined]
+    assert delete.rejection_reason is RejectionReason.VALIDATION_FAILED  # type: ignore[attr-defined]
+    assert row is not None
+
+
+async def test_the_forced_race_catches_the_defect_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control of the test above: with issue 20's bug 1 put back at run time (the
+    model-based check's ``bug1`` mutant: a partition seen new authorises the delete), the same
+    interleaving deletes bob's node, as the issue reported."""
+    from tests.model._mutants import BY_NAME
+
+    BY_NAME["bug1"].apply(monkeypatch)
+    create, delete, row = await race_a_rightless_delete_against_a_create()
+    assert create.success  # type: ignore[attr-defined]
+    assert delete.success  # type: ignore[attr-defined]
+    assert row is None
 
 
 async def test_no_verb_is_authorised_by_a_partition_seen_new() -> None:
@@ -125,18 +172,18 @@ async def test_unavailable_after_a_heal_that_did_write_says_what_it_wrote() -> N
     """FAILS against the old arm ("Nothing was written" after ``p/_owner``, ``p`` and
     ``p/_access/alice`` were written). The heal landed, then the node's own INSERT was refused."""
     mesh, store = make_mesh(retry_delays=())
-    original = store.write
+    original = store.awrite
     heals = 0
 
-    def write(node: MeshNode):  # type: ignore[no-untyped-def]
+    async def write(node: MeshNode) -> MeshNode:
         nonlocal heals
         if node.path == "p/x":  # the node itself: the store goes away right then
             store.refuse_writes_as_unreachable()
         else:
             heals += 1
-        return original(node)
+        return await original(node)
 
-    store.write = write  # type: ignore[method-assign]
+    store.awrite = write  # type: ignore[method-assign]
     answer = await first_value(mesh.create_node(CreateNodeRequest(node=doc("p/x"), access=ALICE)))
     assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
     text = answer.error or ""
@@ -150,13 +197,13 @@ async def test_unavailable_after_a_heal_that_did_write_says_what_it_wrote() -> N
 async def test_a_cross_partition_move_that_healed_says_what_it_wrote() -> None:
     mesh, store = make_mesh(retry_delays=())
     await mesh.create(doc("src/a"), access=ALICE)
-    store_move = store.move
+    store_move = store.amove
 
-    def move(source: str, target: str):  # type: ignore[no-untyped-def]
+    async def move(source: str, target: str) -> MeshNode | None:
         store.refuse_writes_as_unreachable()
-        return store_move(source, target)
+        return await store_move(source, target)
 
-    store.move = move  # type: ignore[method-assign]
+    store.amove = move  # type: ignore[method-assign]
     answer = await first_value(
         mesh.move_node(MoveNodeRequest(source="src/a", target="dst/a", access=ALICE))
     )
@@ -253,16 +300,19 @@ async def test_a_reissue_in_flight_is_called_off_when_the_callers_own_reissue_la
     request = CreateNodeRequest(node=doc("p/x"), access=ALICE)
     await first_value(mesh.create_node(request))
     store.restore()
-    original = store.write
+    original = store.awrite
     stuck: list[bool] = []
 
-    def write(node: MeshNode):  # type: ignore[no-untyped-def]
+    async def write(node: MeshNode) -> MeshNode:
         if node.path == "p/x" and not stuck:  # the recovery's write: it never answers
             stuck.append(False)
-            return reactivex.never().pipe(ops.finally_action(lambda: stuck.append(True)))
-        return original(node)
+            try:
+                await asyncio.Event().wait()
+            finally:
+                stuck.append(True)  # cancelled: the re-issue was called off
+        return await original(node)
 
-    store.write = write  # type: ignore[method-assign]
+    store.awrite = write  # type: ignore[method-assign]
     outcomes = Outcomes(mesh.ledger)
     store.declare_gap("listener resumed")  # the recovery re-issues; its write hangs
     for _ in range(10):

@@ -195,7 +195,7 @@ def _deletes_then_refuses(mp: pytest.MonkeyPatch) -> None:
             return await original(self, partition, access, verb, creating=creating, **kw)
         except NodeAccessDeniedError:
             if verb == "delete" and creating is not None:
-                await self._ask(self.store.delete(creating))
+                await self._ask("delete", creating)
             raise
 
     mp.setattr(Mesh, "_authorise", _authorise)
