@@ -15,9 +15,10 @@ Lines printed (rounds of A and B alternate in one process; the median is taken):
   the mesh itself); target 60 µs.
 - ``unavailable``: UNAVAILABLE answers per second (writes refused as unreachable, an in-memory
   ledger recording each, no retry ladder so the figure is CPU, not backoff); target 10,000/s.
-- ``read_ladder``: one ``PostgresStore.read`` through the mesh's retry ladder against a raw
-  ``pool.fetchrow`` of the same row, and against tenacity's ``AsyncRetrying`` around the same
-  fetch when tenacity is installed: the overhead over raw for each (µs and ratio).
+- ``read_ladder``: one ``PostgresStore`` read through the retry ladder — as the mesh does it
+  (the coroutine twin under the ladder's coroutine driver: ``rxmesh``) and through the observable
+  and the operator (``rxmesh_observable``) — against a raw ``pool.fetchrow`` of the same row, and
+  against tenacity's ``AsyncRetrying`` around the same fetch when tenacity is installed.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from rxmesh.aio import first_value
 from rxmesh.faults import is_transient_connect_fault
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.operators import retry_transient_connect
+from rxmesh.operators._ladder import Ladder
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
@@ -151,26 +153,35 @@ async def pg_create(dsn: str, creates: int, concurrency: int, repeat: int) -> li
 
 
 async def memory_create(creates: int, repeat: int) -> dict[str, Any]:
-    """Microseconds per ``Mesh.create_node`` on the embedded store (sequential)."""
+    """Microseconds per create on the embedded store (sequential): the in-process
+    ``await mesh.create(...)`` and the observable ``create_node`` (rounds alternate)."""
     mesh = Mesh(InMemoryStore(), ledger=PendingWriteLedger(""))
     await mesh.create(MeshNode(path="m/warm", content={}), access=ALICE)
-    per: list[float] = []
+    per: dict[str, list[float]] = {"create": [], "create_node": []}
     for round_ in range(repeat):
 
-        async def work(i: int, round_: int = round_) -> None:
-            node = MeshNode(path=f"m/r{round_}n{i:06d}", node_type="B", content={"i": i})
+        async def direct(i: int, round_: int = round_) -> None:
+            node = MeshNode(path=f"m/d{round_}n{i:06d}", node_type="B", content={"i": i})
+            await mesh.create(node, access=ALICE)
+
+        async def observable(i: int, round_: int = round_) -> None:
+            node = MeshNode(path=f"m/o{round_}n{i:06d}", node_type="B", content={"i": i})
             await first_value(mesh.create_node(CreateNodeRequest(node=node, access=ALICE)))
 
-        per.append(1e6 / await _rate(work, creates, 1))
+        pair = [("create", direct), ("create_node", observable)]
+        if round_ % 2:
+            pair.reverse()
+        for name, work in pair:
+            per[name].append(1e6 / await _rate(work, creates, 1))
     mesh.dispose()
-    us = statistics.median(per)
+    us = {name: statistics.median(values) for name, values in per.items()}
     return {
         "bench": "mesh",
         "measure": "memory_create",
         "creates": creates,
         "repeat": repeat,
-        "us_per_create": round(us, 1),
-        "creates_per_s": round(1e6 / us),
+        "us_per_create": {name: round(value, 1) for name, value in us.items()},
+        "creates_per_s": {name: round(1e6 / value) for name, value in us.items()},
         "target_us": 60,
     }
 
@@ -227,7 +238,16 @@ async def read_ladder(dsn: str, reads: int, repeat: int) -> dict[str, Any]:
     async def mesh_read(_: int) -> None:
         await first_value(store.read("r/x").pipe(ladder))
 
-    contenders: dict[str, Callable[[int], Awaitable[None]]] = {"raw": raw, "rxmesh": mesh_read}
+    coroutine_ladder = Ladder.of()
+
+    async def mesh_aread(_: int) -> None:  # what the mesh does inside: the coroutine twin
+        await coroutine_ladder.call(lambda: store.aread("r/x"))
+
+    contenders: dict[str, Callable[[int], Awaitable[None]]] = {
+        "raw": raw,
+        "rxmesh": mesh_aread,
+        "rxmesh_observable": mesh_read,
+    }
     try:
         import tenacity
 

@@ -513,6 +513,21 @@ class Mesh:
 
         return Observable(subscribe)
 
+    async def _answer_now(self, attempt: Callable[[], _Attempt[R]]) -> R:
+        """:meth:`_answer_once` for an in-process caller: the attempt awaited directly, with the
+        same classification (a cancellation from inside is answered; the caller's own
+        cancellation propagates: nobody is left to answer)."""
+        run, on_fault, _ = attempt()
+        try:
+            return await run()
+        except asyncio.CancelledError as cancelled:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return on_fault(cancelled)
+        except Exception as exc:  # noqa: BLE001 - classified and answered, never dropped
+            return on_fault(exc)
+
     def _requester(self, access: AccessContext | None, node: MeshNode | None) -> AccessContext:
         if access is not None:
             return access
@@ -548,12 +563,16 @@ class Mesh:
 
     # ------------------------------------------------------------------ partitions
 
-    async def _facts(self, partition: str, user: str) -> PartitionFacts:
-        """Root, grant and ownership record, read together in ONE store call (one snapshot:
-        a concurrent heal is seen whole or not at all); every read fault propagates."""
+    async def _facts(
+        self, partition: str, user: str, *also: str
+    ) -> tuple[PartitionFacts, dict[str, MeshNode]]:
+        """Root, grant and ownership record — and the paths ``also`` names — read together in
+        ONE store call (one snapshot: a concurrent heal is seen whole or not at all); every read
+        fault propagates. Returns the facts and every node found."""
         root, grant, owner = partition, grant_path(partition, user), owner_path(partition)
-        found: dict[str, MeshNode] = await self._ask("read_many", [root, grant, owner])
-        return PartitionFacts(partition, found.get(root), found.get(grant), found.get(owner))
+        found: dict[str, MeshNode] = await self._ask("read_many", [*also, root, grant, owner])
+        facts = PartitionFacts(partition, found.get(root), found.get(grant), found.get(owner))
+        return facts, found
 
     async def _write_system(self, node: MeshNode, heals: list[str]) -> None:
         """Write a system record; a record already there counts as success (a heal race).
@@ -581,9 +600,12 @@ class Mesh:
         heals: list[str],
         heal: bool = True,
         absent: str | None = None,
+        facts: PartitionFacts | None = None,
     ) -> PartitionFacts:
         """Authorise ``verb`` in ``partition`` and, with ``heal``, heal a clean absence."""
-        facts = await self._authorise(partition, access, verb, creating=creating, absent=absent)
+        facts = await self._authorise(
+            partition, access, verb, creating=creating, absent=absent, facts=facts
+        )
         if heal:
             facts = await self._heal(facts, access, verb, creating=creating, heals=heals)
         return facts
@@ -596,8 +618,10 @@ class Mesh:
         *,
         creating: str | None,
         absent: str | None = None,
+        facts: PartitionFacts | None = None,
     ) -> PartitionFacts:
-        """Read the partition's facts and decide; writes nothing (every read fault propagates).
+        """Read the partition's facts (unless ``facts`` were just read) and decide; writes
+        nothing (every read fault propagates).
 
         A partition seen NEW authorises nothing but its own claim (:meth:`_heal`): a verb that
         needs an existing node there (``absent`` is its refusal) is answered "no node" from this
@@ -607,7 +631,8 @@ class Mesh:
 
         Raises :class:`NodeAccessDeniedError` when the policy refuses ``verb``.
         """
-        facts = await self._facts(partition, access.user)
+        if facts is None:
+            facts, _ = await self._facts(partition, access.user)
         if facts.is_new:
             if absent is not None:
                 raise NodeValidationError(absent, path=creating)
@@ -651,7 +676,7 @@ class Mesh:
             # Read the facts again rather than assume the claim won: another user may have opened
             # the partition in between (their ownership record stands; ours was refused as
             # "already exists"), and must not be handed a grant in someone else's partition.
-            facts = await self._facts(partition, access.user)
+            facts, _ = await self._facts(partition, access.user)
             self._check_may(facts, access, verb, creating)
         if facts.root is None and creating != partition:
             await self._write_system(
@@ -851,10 +876,12 @@ class Mesh:
         self, req: CreateNodeRequest, write_failures: list[Exception], heals: list[str]
     ) -> MeshNode:
         node = req.node
-        validate_path(node.path)
         access = self._requester(req.access, node)
-        self._fail_fast(node, access)
-        existing: MeshNode | None = await self._ask("read", node.path)
+        self._fail_fast(node, access)  # the path rules too, with the requester's reserved rights
+        # The existence check and the partition's facts in ONE read (one round trip, one
+        # snapshot); "already exists" still outranks every later refusal, as the chain's order says.
+        facts, found = await self._facts(node.partition, access.user, node.path)
+        existing = found.get(node.path)
         if existing is not None:
             if existing.request_id == req.request_id:
                 return existing  # an ambiguous commit that did land: this request created it
@@ -873,6 +900,7 @@ class Mesh:
             creating=node.path,
             heals=heals,
             heal=content_error is None,
+            facts=facts,
         )
         if content_error is not None:
             raise content_error
@@ -914,7 +942,17 @@ class Mesh:
             NodeValidationError: VALIDATION_FAILED (also a ``ValueError``).
             NodeOperationError: UNKNOWN.
         """
-        response = await first_value(self.create_node(CreateNodeRequest(node=node, access=access)))
+        self._check_open()
+        try:
+            req = _parse(CreateNodeRequest, CreateNodeRequest(node=node, access=access))
+        except (ValidationError, ValueError) as exc:
+            reason, text = _parse_failure(exc)
+            raise error_for(reason, text, node.path) from exc
+        operation = f"Node creation at '{req.node.path}'"
+        # The same attempt create_node runs, awaited directly (no observable in between).
+        response = await self._answer_now(
+            lambda: self._create_attempt(req, req.access, operation)
+        )
         if response.success and response.node is not None:
             return response.node
         raise error_for(response.rejection_reason, response.error, node.path)

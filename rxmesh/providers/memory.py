@@ -256,14 +256,17 @@ class InMemoryStore:
         self._commits.on_next(batch)
         for change in batch:
             self._changes.on_next(change)
+        # Built without re-validation: every field comes from a row this store just validated.
         for change in batch:
             self._answers.on_next(
-                CommitAnnounced(source=self._name, path=change.path, version=change.version)
+                CommitAnnounced.model_construct(
+                    source=self._name, path=change.path, version=change.version
+                )
             )
 
     def _upsert(self, node: MeshNode) -> NodeChange:
         self._partitions.setdefault(node.partition, {})[node.path] = node
-        return NodeChange(
+        return NodeChange.model_construct(
             source=self._name, op="upsert", path=node.path, version=node.version, node=node
         )
 
@@ -398,7 +401,11 @@ class InMemoryStore:
         if existing is None:
             return False
         self._publish(
-            [NodeChange(source=self._name, op="delete", path=path, version=existing.version)]
+            [
+                NodeChange.model_construct(
+                    source=self._name, op="delete", path=path, version=existing.version
+                )
+            ]
         )
         return True
 
@@ -426,7 +433,7 @@ class InMemoryStore:
                 raise self._conflict(target, taken, f"move of '{source}' refused")
             del self._partitions[partition_of(source)][source]
             moved = existing.model_copy(update={"path": target, "version": existing.version + 1})
-            removal = NodeChange(
+            removal = NodeChange.model_construct(
                 source=self._name, op="delete", path=source, version=existing.version
             )
             change = self._upsert(moved)

@@ -175,11 +175,13 @@ async def test_an_unreadable_existing_partition_root_does_not_trigger_a_false_he
 class _SwallowingMesh(Mesh):
     """The defect the bootstrap test exists for: a read helper that turns a fault into None."""
 
-    async def _facts(self, partition: str, user: str) -> PartitionFacts:
+    async def _facts(
+        self, partition: str, user: str, *also: str
+    ) -> tuple[PartitionFacts, dict[str, MeshNode]]:
         try:
-            return await super()._facts(partition, user)
+            return await super()._facts(partition, user, *also)
         except Exception:  # the defect under test
-            return PartitionFacts(partition, None, None, None)
+            return PartitionFacts(partition, None, None, None), {}
 
 
 async def test_negative_control_a_swallowing_bootstrap_is_caught_by_the_same_test() -> None:

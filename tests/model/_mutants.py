@@ -277,11 +277,13 @@ def _gaps_ignored(mp: pytest.MonkeyPatch) -> None:
 def _facts_swallowed(mp: pytest.MonkeyPatch) -> None:
     original = Mesh._facts
 
-    async def _facts(self: Mesh, partition: str, user: str) -> PartitionFacts:
+    async def _facts(
+        self: Mesh, partition: str, user: str, *also: str
+    ) -> tuple[PartitionFacts, dict[str, MeshNode]]:
         try:
-            return await original(self, partition, user)
+            return await original(self, partition, user, *also)
         except Exception:  # the mutant: a failed read taken for an absent record
-            return PartitionFacts(partition, None, None, None)
+            return PartitionFacts(partition, None, None, None), {}
 
     mp.setattr(Mesh, "_facts", _facts)
 

@@ -65,81 +65,6 @@ async def count_rows(dsn: str, schema: str) -> int:
         await conn.close()
 
 
-async def sixty_creates_through_a_stall(mesh: Mesh, seconds: float) -> list[CreateNodeResponse]:
-    """60 creates in flight, then the loop blocked for ``seconds`` (the incident's shape)."""
-    tasks = [
-        asyncio.ensure_future(
-            first_value(
-                mesh.create_node(CreateNodeRequest(node=doc(f"s/n{i}", i=i), access=ALICE)),
-                timeout=60,
-            )
-        )
-        for i in range(60)
-    ]
-    for _ in range(3):  # let the first statements leave
-        await asyncio.sleep(0)
-    time.sleep(seconds)  # noqa: ASYNC251 - the fault under test: this process's loop is blocked
-    return list(await asyncio.gather(*tasks))
-
-
-async def test_a_stalled_loop_is_never_answered_unknown_and_every_create_lands(
-    pg_dsn: str, prefix: str, monitor: LoopStallMonitor
-) -> None:
-    """FAILS against the old boundary: one create (the one whose read was in flight when the loop
-    blocked) was answered UNKNOWN "did not finish reading 's/n0' within 1s", was not journaled
-    and was never written (59/60 rows). Now the time box is "did not answer in time": the ladder
-    re-runs the read once the loop runs again, and all 60 land."""
-    store = PostgresStore(pg_dsn, command_timeout=1, schema_prefix=prefix)
-    await store.start()
-    try:
-        mesh = Mesh(store, ledger=PendingWriteLedger(""))  # the default ladder
-        await mesh.create(doc("s/seed"), access=ALICE)
-        outcomes = Outcomes(mesh.ledger)
-        answers = await sixty_creates_through_a_stall(mesh, 3.0)
-        failed = [a for a in answers if not a.success]
-        reasons = Counter(a.rejection_reason for a in failed)
-        assert RejectionReason.UNKNOWN not in reasons, [a.error for a in answers]
-        for answer in failed:
-            assert CHECK_PROCESS in (answer.error or ""), answer
-        assert monitor.statistics().stalls >= 1
-        await mesh.create(doc("s/after"), access=ALICE)  # a commit the feed announces: evidence
-        await outcomes.wait(len(failed), timeout=20)
-        assert await count_rows(pg_dsn, store.schema_of("s")) == 60
-    finally:
-        await store.close()
-
-
-async def test_without_the_ladder_every_failure_is_unavailable_names_the_stall_and_lands_later(
-    pg_dsn: str, prefix: str, monitor: LoopStallMonitor
-) -> None:
-    """FAILS against the old boundary (UNKNOWN, not journaled, no adjacency sentence). With no
-    ladder every time box reaches the terminal arm: it answers UNAVAILABLE carrying "check this
-    process before the database", records the intent, and the intent lands on the next
-    evidence: 60/60 rows after recovery."""
-    store = PostgresStore(pg_dsn, command_timeout=1, schema_prefix=prefix)
-    await store.start()
-    try:
-        mesh = Mesh(store, ledger=PendingWriteLedger(""), retry_delays=())
-        await mesh.create(doc("s/seed"), access=ALICE)
-        outcomes = Outcomes(mesh.ledger)  # every verdict from now on
-        answers = await sixty_creates_through_a_stall(mesh, 3.0)
-        failed = [a for a in answers if not a.success]
-        assert failed, "the stall produced no time-boxed failure; the scenario did not happen"
-        for answer in failed:
-            assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
-            assert CHECK_PROCESS in (answer.error or ""), answer
-            assert "will not be re-issued" not in (answer.error or "")
-        # Recorded: each is re-issued on evidence (the other creates' announced commits may
-        # already have been that evidence; one more commit makes sure some arrives).
-        await mesh.create(doc("s/after"), access=ALICE)
-        got = await outcomes.wait(len(failed), timeout=20)
-        assert sorted(o.intent.request_id for o in got) == sorted(a.request_id for a in failed)
-        assert {o.verdict for o in got} == {Verdict.LANDED}
-        assert await count_rows(pg_dsn, store.schema_of("s")) == 60
-    finally:
-        await store.close()
-
-
 @pytest.fixture
 async def locker(pg_dsn: str) -> AsyncIterator[asyncpg.Connection]:
     conn = await asyncpg.connect(pg_dsn, timeout=5)
@@ -155,6 +80,93 @@ async def hold_lock(conn: asyncpg.Connection, table: str) -> Any:
     await transaction.start()
     await conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
     return transaction
+
+
+async def sixty_creates_through_a_stall(
+    mesh: Mesh, store: PostgresStore, seconds: float, locker: asyncpg.Connection
+) -> list[CreateNodeResponse]:
+    """60 creates in flight, then the loop blocked for ``seconds`` (the incident's shape).
+
+    The statements on their connections when the loop blocks must still be waiting for their
+    replies when it runs again, or the loop would read the replies before firing the expired
+    timers: the partition's table is locked from before the creates until just after the
+    stall, so every command timeout then in flight fires, late, on the blocked loop's clock."""
+    held = await hold_lock(locker, f'"{store.schema_of("s")}".nodes')
+    tasks = [
+        asyncio.ensure_future(
+            first_value(
+                mesh.create_node(CreateNodeRequest(node=doc(f"s/n{i}", i=i), access=ALICE)),
+                timeout=60,
+            )
+        )
+        for i in range(60)
+    ]
+    for _ in range(1000):  # let the first statements leave (bounded)
+        await asyncio.sleep(0)
+        if store.statistics().connections_in_use:
+            break
+    await asyncio.sleep(0)
+    time.sleep(seconds)  # noqa: ASYNC251 - the fault under test: this process's loop is blocked
+    await held.rollback()  # the store is fine: the lock goes as soon as the loop runs again
+    return list(await asyncio.gather(*tasks))
+
+
+async def test_a_stalled_loop_is_never_answered_unknown_and_every_create_lands(
+    pg_dsn: str, prefix: str, monitor: LoopStallMonitor, locker: asyncpg.Connection
+) -> None:
+    """FAILS against the old boundary: one create (the one whose read was in flight when the loop
+    blocked) was answered UNKNOWN "did not finish reading 's/n0' within 1s", was not journaled
+    and was never written (59/60 rows). Now the time box is "did not answer in time": the ladder
+    re-runs the read once the loop runs again, and all 60 land."""
+    store = PostgresStore(pg_dsn, command_timeout=1, schema_prefix=prefix)
+    await store.start()
+    try:
+        mesh = Mesh(store, ledger=PendingWriteLedger(""))  # the default ladder
+        await mesh.create(doc("s/seed"), access=ALICE)
+        outcomes = Outcomes(mesh.ledger)
+        answers = await sixty_creates_through_a_stall(mesh, store, 3.0, locker)
+        failed = [a for a in answers if not a.success]
+        reasons = Counter(a.rejection_reason for a in failed)
+        assert RejectionReason.UNKNOWN not in reasons, [a.error for a in answers]
+        for answer in failed:
+            assert CHECK_PROCESS in (answer.error or ""), answer
+        assert monitor.statistics().stalls >= 1
+        await mesh.create(doc("s/after"), access=ALICE)  # a commit the feed announces: evidence
+        await outcomes.wait(len(failed), timeout=20)
+        assert await count_rows(pg_dsn, store.schema_of("s")) == 60
+    finally:
+        await store.close()
+
+
+async def test_without_the_ladder_every_failure_is_unavailable_names_the_stall_and_lands_later(
+    pg_dsn: str, prefix: str, monitor: LoopStallMonitor, locker: asyncpg.Connection
+) -> None:
+    """FAILS against the old boundary (UNKNOWN, not journaled, no adjacency sentence). With no
+    ladder every time box reaches the terminal arm: it answers UNAVAILABLE carrying "check this
+    process before the database", records the intent, and the intent lands on the next
+    evidence: 60/60 rows after recovery."""
+    store = PostgresStore(pg_dsn, command_timeout=1, schema_prefix=prefix)
+    await store.start()
+    try:
+        mesh = Mesh(store, ledger=PendingWriteLedger(""), retry_delays=())
+        await mesh.create(doc("s/seed"), access=ALICE)
+        outcomes = Outcomes(mesh.ledger)  # every verdict from now on
+        answers = await sixty_creates_through_a_stall(mesh, store, 3.0, locker)
+        failed = [a for a in answers if not a.success]
+        assert failed, "the stall produced no time-boxed failure; the scenario did not happen"
+        for answer in failed:
+            assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
+            assert CHECK_PROCESS in (answer.error or ""), answer
+            assert "will not be re-issued" not in (answer.error or "")
+        # Recorded: each is re-issued on evidence (the other creates' announced commits may
+        # already have been that evidence; one more commit makes sure some arrives).
+        await mesh.create(doc("s/after"), access=ALICE)
+        got = await outcomes.wait(len(failed), timeout=20)
+        assert sorted(o.intent.request_id for o in got) == sorted(a.request_id for a in failed)
+        assert {o.verdict for o in got} == {Verdict.LANDED}
+        assert await count_rows(pg_dsn, store.schema_of("s")) == 60
+    finally:
+        await store.close()
 
 
 async def test_a_command_timeout_without_any_stall_is_unavailable_and_recorded(
