@@ -1,10 +1,13 @@
 """The retry ladder's ONE definition (SPEC §2): its delays, its classifier, its hook, and the rule
-that decides between "retry after d seconds" and "give up with the last error".
+that decides between "retry after d seconds" and "give up with the last error"; and the standing
+watch's re-open schedule (SPEC §6), :class:`ReopenLadder`, defined once the same way.
 
-Two thin drivers use it and hold no rule of their own: the reactivex operator
-:func:`~rxmesh.operators.retry_transient_connect` (for streams: "before the first item") and
+Thin drivers use them and hold no rule of their own: the reactivex operator
+:func:`~rxmesh.operators.retry_transient_connect` (for streams: "before the first item"),
 :meth:`Ladder.call` (for one-shot coroutines: a coroutine has no item before its result, so every
-failure is "before the first item").
+failure is "before the first item") and :func:`~rxmesh.operators.retry_transient_connect_async`
+(for async iterators); :func:`~rxmesh.operators.reopen_on_transient_fault` and
+:func:`~rxmesh.operators.reopen_on_transient_fault_async` for the re-open.
 """
 
 from __future__ import annotations
@@ -17,12 +20,16 @@ from typing import Any, TypeVar
 from loguru import logger
 from reactivex import abc
 
-from rxmesh.faults import is_transient_connect_fault
+from rxmesh.faults import is_standing_watch_transient, is_transient_connect_fault
 
 __all__ = [
+    "DEFAULT_MAX_CONSECUTIVE_REOPENS",
+    "DEFAULT_REOPEN_BACKOFF",
     "DEFAULT_RETRY_DELAYS",
     "Ladder",
+    "OnReopen",
     "OnRetry",
+    "ReopenLadder",
     "require_callable",
     "scheduler_sleep",
     "validate_ladder",
@@ -35,6 +42,15 @@ DEFAULT_RETRY_DELAYS: tuple[float, ...] = (0.25, 0.5, 1.0)
 
 OnRetry = Callable[[BaseException, int, float], object]
 """``on_retry(error, attempt, delay)``: ``attempt`` counts retries from 1."""
+
+DEFAULT_REOPEN_BACKOFF: tuple[float, ...] = (2, 5, 15, 30, 60)
+"""Seconds waited before the n-th consecutive re-open (the last step repeats if allowed)."""
+
+DEFAULT_MAX_CONSECUTIVE_REOPENS = 5
+"""Re-opens in a row without an emission; with the defaults a dead store surfaces after 112 s."""
+
+OnReopen = Callable[[BaseException, int, float], object]
+"""``on_reopen(fault, n, delay)``: ``n`` is the consecutive re-open about to be waited for."""
 
 
 def validate_ladder(name: str, ladder: Sequence[float], *, allow_empty: bool) -> tuple[float, ...]:
@@ -176,3 +192,77 @@ class Ladder:
                     raise
             retries += 1
             await scheduler_sleep(scheduler, delay)
+
+
+@dataclass(frozen=True, slots=True)
+class ReopenLadder:
+    """A standing watch's re-open schedule: after a transient fault, re-open after
+    ``backoff[min(n, len(backoff)) - 1]`` seconds, at most ``max_consecutive`` times in a row
+    without an emission; anything emitted by an opening resets the count.
+
+    Build it with :meth:`of` (which validates); use :meth:`step` from a driver.
+    """
+
+    backoff: tuple[float, ...]
+    max_consecutive: int
+    is_transient: Callable[[BaseException], bool]
+    on_reopen: OnReopen | None
+
+    @classmethod
+    def of(
+        cls,
+        backoff: Sequence[float] = DEFAULT_REOPEN_BACKOFF,
+        *,
+        max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
+        is_transient: Callable[[BaseException], bool] = is_standing_watch_transient,
+        on_reopen: OnReopen | None = None,
+    ) -> ReopenLadder:
+        """A validated schedule (``TypeError``/``ValueError`` naming the bad argument)."""
+        steps = validate_ladder("backoff", backoff, allow_empty=False)
+        if isinstance(max_consecutive, bool) or not isinstance(max_consecutive, int):
+            raise TypeError(
+                f"max_consecutive must be an int, got {type(max_consecutive).__name__}"
+            )
+        if max_consecutive < 0:
+            raise ValueError(f"max_consecutive must be >= 0, got {max_consecutive}")
+        require_callable("is_transient", is_transient)
+        require_callable("on_reopen", on_reopen, optional=True)
+        return cls(steps, max_consecutive, is_transient, on_reopen)
+
+    def step(
+        self, fault: BaseException, consecutive: int, *, emitted: bool
+    ) -> tuple[int, float | None]:
+        """THE rule: after the opening that ended with ``fault`` (``consecutive`` re-opens in a row
+        so far, ``emitted`` whether that opening delivered anything), the new count ``n`` and the
+        delay before re-opening, or ``None`` to end the watch — the driver then surfaces
+        ``fault`` itself, unchanged.
+
+        ``n = (0 if emitted else consecutive) + 1``. A re-open is logged at WARNING and told to
+        ``on_reopen(fault, n, delay)`` before the wait; a spent budget is logged at ERROR.
+        Whatever the classifier or the hook raises propagates (the driver ends with it).
+        """
+        n = (0 if emitted else consecutive) + 1
+        if not self.is_transient(fault):
+            return n, None
+        fault_type = type(fault).__name__
+        if n > self.max_consecutive:
+            logger.bind(reopens=n - 1, error_type=fault_type).error(
+                "{} ended the standing watch: {} consecutive re-open(s) read nothing ({})",
+                fault_type,
+                n - 1,
+                fault,
+            )
+            return n, None
+        delay = self.backoff[min(n, len(self.backoff)) - 1]
+        logger.bind(
+            reopen=n, max_reopens=self.max_consecutive, delay=delay, error_type=fault_type
+        ).warning(
+            "{} interrupted the standing watch subscription — re-opening ({}/{}) in {}s",
+            fault_type,
+            n,
+            self.max_consecutive,
+            f"{delay:g}",
+        )
+        if self.on_reopen is not None:
+            self.on_reopen(fault, n, delay)
+        return n, delay

@@ -10,13 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from loguru import logger
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 
 from rxmesh._scheduling import resolve_scheduler
 from rxmesh.faults import is_standing_watch_transient
-from rxmesh.operators._ladder import require_callable, validate_ladder
+from rxmesh.operators._ladder import (
+    DEFAULT_MAX_CONSECUTIVE_REOPENS,
+    DEFAULT_REOPEN_BACKOFF,
+    OnReopen,
+    ReopenLadder,
+    require_callable,
+)
 
 __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_REOPENS",
@@ -25,15 +30,6 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-
-DEFAULT_REOPEN_BACKOFF: tuple[float, ...] = (2, 5, 15, 30, 60)
-"""Seconds waited before the n-th consecutive re-open (the last step repeats if allowed)."""
-
-DEFAULT_MAX_CONSECUTIVE_REOPENS = 5
-"""Re-opens in a row without an emission; with the defaults a dead store surfaces after 112 s."""
-
-OnReopen = Callable[[BaseException, int, float], object]
-"""``on_reopen(fault, n, delay)``: ``n`` is the consecutive re-open about to be waited for."""
 
 
 def reopen_on_transient_fault(
@@ -79,14 +75,9 @@ def reopen_on_transient_fault(
         'census'
     """
     require_callable("open", open)
-    ladder = validate_ladder("backoff", backoff, allow_empty=False)
-    if isinstance(max_consecutive, bool) or not isinstance(max_consecutive, int):
-        raise TypeError(f"max_consecutive must be an int, got {type(max_consecutive).__name__}")
-    if max_consecutive < 0:
-        raise ValueError(f"max_consecutive must be >= 0, got {max_consecutive}")
-    require_callable("is_transient", is_transient)
-    require_callable("on_reopen", on_reopen, optional=True)
-    last_step = len(ladder)
+    schedule = ReopenLadder.of(
+        backoff, max_consecutive=max_consecutive, is_transient=is_transient, on_reopen=on_reopen
+    )
 
     def subscribe(
         observer: abc.ObserverBase[_T], subscribe_scheduler: abc.SchedulerBase | None = None
@@ -108,41 +99,14 @@ def reopen_on_transient_fault(
             nonlocal consecutive
             if disposed:
                 return
-            consecutive = (0 if emitted else consecutive) + 1
             try:
-                transient = is_transient(fault)
-            except Exception as defect:  # noqa: BLE001 - forwarded: the classifier is broken
+                consecutive, delay = schedule.step(fault, consecutive, emitted=emitted)
+            except Exception as defect:  # noqa: BLE001 - forwarded: classifier or hook broken
                 observer.on_error(defect)
                 return
-            if not transient:
+            if delay is None:
                 observer.on_error(fault)
                 return
-            fault_type = type(fault).__name__
-            if consecutive > max_consecutive:
-                logger.bind(reopens=consecutive - 1, error_type=fault_type).error(
-                    "{} ended the standing watch: {} consecutive re-open(s) read nothing ({})",
-                    fault_type,
-                    consecutive - 1,
-                    fault,
-                )
-                observer.on_error(fault)
-                return
-            delay = ladder[min(consecutive, last_step) - 1]
-            logger.bind(
-                reopen=consecutive, max_reopens=max_consecutive, delay=delay, error_type=fault_type
-            ).warning(
-                "{} interrupted the standing watch subscription — re-opening ({}/{}) in {}s",
-                fault_type,
-                consecutive,
-                max_consecutive,
-                f"{delay:g}",
-            )
-            if on_reopen is not None:
-                try:
-                    on_reopen(fault, consecutive, delay)
-                except Exception as defect:  # noqa: BLE001 - forwarded: the hook is broken
-                    observer.on_error(defect)
-                    return
             if disposed:  # on_reopen may have disposed the watch
                 return
             when = resolve_scheduler(scheduler, subscribe_scheduler)
