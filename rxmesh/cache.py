@@ -10,6 +10,11 @@ Implementation: each entry is a small hand-written multicast ("chain") built on 
 API only (``Observable`` and disposables): a dictionary of subscribed observers, the latest frame,
 a manual reference count, and an idle timer on the scheduler. A chain is never re-connected:
 once released, evicted or terminated it is dead, and the next ``get`` builds a new one.
+
+Cost: with ``replay=fold_query_frames`` the chain keeps the snapshot incrementally (a dict by path,
+see :class:`QuerySnapshot`), so a delta costs O(change); the ordered Initial is materialised only
+when a late subscriber joins. A chain nobody listens to does no work: while it waits out its idle
+grace it only queues the frames (bounded), and folds them if somebody joins again.
 """
 
 from __future__ import annotations
@@ -18,19 +23,23 @@ import math
 import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from loguru import logger
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable, SerialDisposable
 
+from rxmesh._query_snapshot import QuerySnapshot
 from rxmesh._scheduling import resolve_scheduler
+from rxmesh.exceptions import MeshDisposedError
 from rxmesh.faults import is_store_unreachable
-from rxmesh.model import FrameKind, QueryFrame
+from rxmesh.model import QueryFrame
 
 __all__ = [
+    "DEFAULT_IDLE_BACKLOG",
     "DEFAULT_IDLE_GRACE",
     "CacheStatistics",
+    "QuerySnapshot",
     "SyncedQueryCache",
     "fold_query_frames",
 ]
@@ -40,6 +49,11 @@ T = TypeVar("T")
 
 DEFAULT_IDLE_GRACE = 30.0
 """Seconds a chain with no subscriber is kept before it is released and its entry removed."""
+
+DEFAULT_IDLE_BACKLOG = 1024
+"""Rows (or frames, for a replay that cannot say its size) an idle chain may queue unfolded; past
+``max(DEFAULT_IDLE_BACKLOG, size of the replayed state)`` it is released at once: folding the
+backlog would cost more than a fresh upstream."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +66,8 @@ class CacheStatistics:
         upstream_subscriptions: upstreams opened since the cache was built.
         evictions: chains evicted because they failed, completed, or carried a silent provider.
         releases: chains released after their idle grace (or at once when evicted and idle).
+        folded: frames folded into a replayed state (the per-delta work of the cache).
+        deferred: frames an idle chain queued instead of folding them.
     """
 
     entries: int
@@ -59,6 +75,8 @@ class CacheStatistics:
     upstream_subscriptions: int
     evictions: int
     releases: int
+    folded: int = 0
+    deferred: int = 0
 
 
 def fold_query_frames(state: QueryFrame, frame: QueryFrame) -> QueryFrame:
@@ -66,29 +84,37 @@ def fold_query_frames(state: QueryFrame, frame: QueryFrame) -> QueryFrame:
 
     An Initial replaces the state; a Delta is applied to it (removals, then upserts) and the
     result is an Initial ordered by path that keeps the state's ``silent_providers``. Pass it as
-    ``SyncedQueryCache(open_query, replay=fold_query_frames)``.
+    ``SyncedQueryCache(open_query, replay=fold_query_frames)``: the cache recognises it and keeps
+    the same state incrementally in a :class:`QuerySnapshot` (O(change) per delta) instead of
+    calling it, which would rebuild and re-sort the whole snapshot on every delta.
     """
-    if frame.kind is FrameKind.INITIAL or state.kind is not FrameKind.INITIAL:
-        return frame
-    nodes = {node.path: node for node in state.nodes}
-    for path in frame.removed:
-        nodes.pop(path, None)
-    for node in frame.nodes:
-        nodes[node.path] = node
-    return state.model_copy(update={"nodes": tuple(nodes[path] for path in sorted(nodes))})
+    snapshot = QuerySnapshot(state)
+    snapshot.fold(frame)
+    return snapshot.value()
+
+
+def _rows(frame: object) -> int:
+    """How much an idle chain's backlog grows by ``frame`` (its rows; at least 1)."""
+    nodes = getattr(frame, "nodes", ())
+    removed = getattr(frame, "removed", ())
+    return max(1, len(nodes) + len(removed))
 
 
 class _Chain(Generic[T]):
     """One upstream subscription multicast to many observers; never re-connected."""
 
     __slots__ = (
+        "backlog",
+        "backlog_rows",
         "evicted",
         "has_value",
+        "idle",
         "idle_timer",
         "key",
         "latest",
         "observers",
         "snapshot",
+        "state",
         "terminated",
         "upstream",
     )
@@ -98,9 +124,13 @@ class _Chain(Generic[T]):
         self.observers: dict[int, abc.ObserverBase[T]] = {}
         self.snapshot: tuple[abc.ObserverBase[T], ...] | None = ()
         self.latest: Any = None
+        self.state: QuerySnapshot | None = None
         self.has_value = False
         self.evicted = False
         self.terminated = False
+        self.idle = False
+        self.backlog: list[T] = []
+        self.backlog_rows = 0
         self.upstream = SerialDisposable()
         self.idle_timer = SerialDisposable()
 
@@ -109,6 +139,9 @@ class _Chain(Generic[T]):
         if snapshot is None:
             snapshot = self.snapshot = tuple(self.observers.values())
         return snapshot
+
+    def replayed(self) -> T:
+        return cast(T, self.state.value()) if self.state is not None else cast(T, self.latest)
 
 
 class SyncedQueryCache(Generic[Q, T]):
@@ -124,6 +157,11 @@ class SyncedQueryCache(Generic[Q, T]):
       nobody gave is not cached. Subscribers already on that chain stay on it.
     - When the last subscriber leaves, the chain is released after ``idle_grace`` seconds (at
       once if it was evicted) and its entry removed; a subscription within the grace reuses it.
+      Meanwhile the chain does no work: it queues the frames unfolded (folding them if somebody
+      joins) and is released at once when that backlog outgrows :data:`DEFAULT_IDLE_BACKLOG`
+      rows or the snapshot, whichever is larger.
+    - :meth:`dispose` releases every chain at once (their subscribers complete) and refuses
+      later subscriptions with :class:`~rxmesh.exceptions.MeshDisposedError`.
 
     Args:
         open_query: builds the (cold) upstream of one query, e.g. a :func:`fan_in` of providers.
@@ -131,7 +169,8 @@ class SyncedQueryCache(Generic[Q, T]):
         scheduler: where the idle timers run; else the subscription's scheduler, else the running
             asyncio loop.
         replay: how the replayed value follows the frames, ``replay(state, frame) -> state``;
-            ``None`` replays the latest frame. :func:`fold_query_frames` replays a snapshot.
+            ``None`` replays the latest frame. :func:`fold_query_frames` replays a snapshot
+            (kept incrementally, see :class:`QuerySnapshot`).
 
     Example:
         >>> cache = SyncedQueryCache(lambda q: fan_in(providers_for(q)))  # doctest: +SKIP
@@ -167,6 +206,11 @@ class SyncedQueryCache(Generic[Q, T]):
         self._upstreams = 0
         self._evictions = 0
         self._releases = 0
+        self._folded = 0
+        self._deferred = 0
+        self._disposed = False
+        self._chains: dict[int, _Chain[T]] = {}
+        """Every chain not yet released or terminated (evicted ones included), by id."""
 
     def get(self, query: Q) -> Observable[T]:
         """The live, shared stream of ``query`` (lazy: nothing opens until a subscription)."""
@@ -188,7 +232,24 @@ class SyncedQueryCache(Generic[Q, T]):
                 upstream_subscriptions=self._upstreams,
                 evictions=self._evictions,
                 releases=self._releases,
+                folded=self._folded,
+                deferred=self._deferred,
             )
+
+    def dispose(self) -> None:
+        """Release every chain now: upstreams and idle timers disposed, entries removed, each
+        subscriber completed. Later subscriptions error with ``MeshDisposedError``. Idempotent.
+        """
+        with self._lock:
+            self._disposed = True
+            for chain in list(self._chains.values()):
+                targets = chain.targets()
+                self._subscribers -= len(chain.observers)
+                chain.observers.clear()
+                chain.snapshot = ()
+                self._release(chain)
+                for target in targets:
+                    target.on_completed()
 
     # -- internals -------------------------------------------------------------------------
 
@@ -199,14 +260,23 @@ class SyncedQueryCache(Generic[Q, T]):
         scheduler: abc.SchedulerBase | None,
     ) -> abc.DisposableBase:
         with self._lock:
+            if self._disposed:
+                observer.on_error(MeshDisposedError("the synced-query cache was disposed"))
+                return Disposable()
             chain = self._entries.get(query)
             fresh = chain is None
             if chain is None:
                 chain = _Chain(query)
                 self._entries[query] = chain
+                self._chains[id(chain)] = chain
             chain.idle_timer.disposable = None  # a subscription within the grace reuses it
+            if chain.idle:
+                chain.idle = False
+                backlog, chain.backlog, chain.backlog_rows = chain.backlog, [], 0
+                for value in backlog:
+                    self._remember(chain, value)
             if chain.has_value:
-                observer.on_next(chain.latest)
+                observer.on_next(chain.replayed())
             token = self._next_token
             self._next_token += 1
             chain.observers[token] = observer
@@ -226,19 +296,45 @@ class SyncedQueryCache(Generic[Q, T]):
 
         return Disposable(leave)
 
-    def _connect(self, chain: _Chain[T], query: Q, scheduler: abc.SchedulerBase | None) -> None:
+    def _remember(self, chain: _Chain[T], value: T) -> None:
+        """Fold ``value`` into the replayed state (lock held)."""
         replay = self._replay
+        if replay is None or not chain.has_value:
+            chain.has_value = True
+            if replay is fold_query_frames and isinstance(value, QueryFrame):
+                chain.state = QuerySnapshot(value)
+            else:
+                chain.latest = value
+        elif chain.state is not None:
+            chain.state.fold(cast(QueryFrame, value))
+        else:
+            chain.latest = replay(chain.latest, value)
+        if replay is not None:
+            self._folded += 1
 
+    def _defer(self, chain: _Chain[T], value: T) -> None:
+        """Nobody listens to ``chain``: queue ``value`` unfolded, or give the chain up (lock
+        held). With no replay the latest frame is all there is to keep."""
+        self._deferred += 1
+        if self._replay is None:
+            chain.latest, chain.has_value = value, True
+            return
+        chain.backlog.append(value)
+        chain.backlog_rows += _rows(value)
+        size = chain.state.size() if chain.state is not None else 0
+        if chain.backlog_rows > max(DEFAULT_IDLE_BACKLOG, size):
+            self._release(chain)
+
+    def _connect(self, chain: _Chain[T], query: Q, scheduler: abc.SchedulerBase | None) -> None:
         def on_next(value: T) -> None:
             with self._lock:
                 if chain.terminated:
                     return
-                if replay is not None and chain.has_value:
-                    chain.latest = replay(chain.latest, value)
-                else:
-                    chain.latest = value
-                chain.has_value = True
                 silent = getattr(value, "silent_providers", None)
+                if chain.idle and not silent:
+                    self._defer(chain, value)
+                    return
+                self._remember(chain, value)
                 if silent:
                     logger.bind(query=repr(chain.key), silent_providers=list(silent)).warning(
                         "query {!r}: provider(s) {} gave no real answer; the frame is delivered "
@@ -247,6 +343,8 @@ class SyncedQueryCache(Generic[Q, T]):
                         ", ".join(map(str, silent)),
                     )
                     self._evict(chain)
+                    if chain.idle:  # evicted and nobody listens: nobody can rejoin it
+                        self._release(chain)
                 for target in chain.targets():
                     target.on_next(value)
 
@@ -295,6 +393,7 @@ class SyncedQueryCache(Generic[Q, T]):
     def _terminate(self, chain: _Chain[T]) -> tuple[abc.ObserverBase[T], ...]:
         """Mark ``chain`` dead, evict it, detach and return its observers (lock held)."""
         chain.terminated = True
+        self._chains.pop(id(chain), None)
         self._evict(chain)
         targets = chain.targets()
         self._subscribers -= len(chain.observers)
@@ -318,6 +417,7 @@ class SyncedQueryCache(Generic[Q, T]):
         if chain.evicted or self._idle_grace == 0:
             self._release(chain)
             return
+        chain.idle = True  # from now on frames are queued, not folded
 
         def release(_: abc.SchedulerBase, __: Any = None) -> None:
             with self._lock:
@@ -328,7 +428,12 @@ class SyncedQueryCache(Generic[Q, T]):
         chain.idle_timer.disposable = when.schedule_relative(self._idle_grace, release)
 
     def _release(self, chain: _Chain[T]) -> None:
+        if chain.terminated:
+            return
         chain.terminated = True
+        chain.idle = False
+        chain.backlog, chain.backlog_rows, chain.state, chain.latest = [], 0, None, None
+        self._chains.pop(id(chain), None)
         if self._entries.get(chain.key) is chain:
             del self._entries[chain.key]
         chain.evicted = True

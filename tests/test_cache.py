@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -11,8 +12,13 @@ from reactivex import operators as ops
 from reactivex.subject import Subject
 from reactivex.testing import TestScheduler
 
-from rxmesh.cache import DEFAULT_IDLE_GRACE, SyncedQueryCache, fold_query_frames
-from rxmesh.exceptions import StoreError
+from rxmesh.cache import (
+    DEFAULT_IDLE_BACKLOG,
+    DEFAULT_IDLE_GRACE,
+    SyncedQueryCache,
+    fold_query_frames,
+)
+from rxmesh.exceptions import MeshDisposedError, StoreError
 from rxmesh.model import FrameKind, MeshNode, NodeQuery, QueryFrame
 
 Q = NodeQuery(node_type="NodeType")
@@ -343,3 +349,151 @@ def test_a_cold_observable_under_the_cache_is_subscribed_once_for_many_subscribe
         Recorder().attach(cache.get(Q))
     assert opened == 1
     assert cache.statistics().subscribers == 50
+
+
+# -- the incremental snapshot (issue 16, item 1) ------------------------------------------------
+
+
+def _rebuilt(state: QueryFrame, frame: QueryFrame) -> QueryFrame:
+    """The old fold, the reference: rebuild and re-sort the whole snapshot on every delta."""
+    if frame.kind is FrameKind.INITIAL or state.kind is not FrameKind.INITIAL:
+        return frame
+    nodes = {node.path: node for node in state.nodes}
+    for path in frame.removed:
+        nodes.pop(path, None)
+    for node in frame.nodes:
+        nodes[node.path] = node
+    return state.model_copy(update={"nodes": tuple(nodes[path] for path in sorted(nodes))})
+
+
+def _random_frames(seed: int, count: int) -> list[QueryFrame]:
+    rng = random.Random(seed)
+    paths = [f"p/{rng.randrange(60):02d}" for _ in range(200)]
+    frames = [QueryFrame.initial([MeshNode(path=p) for p in set(paths[:20])], provider="x")]
+    for version in range(1, count):
+        upserts = {
+            p: MeshNode(path=p, version=version) for p in rng.sample(paths, rng.randrange(4))
+        }
+        removed = rng.sample(paths, rng.randrange(3))
+        frames.append(QueryFrame.delta(list(upserts.values()), removed))
+    return frames
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_incremental_snapshot_replays_what_the_full_rebuild_would(seed: int) -> None:
+    upstreams = Upstreams()
+    cache = SyncedQueryCache(upstreams, scheduler=TestScheduler(), replay=fold_query_frames)
+    Recorder().attach(cache.get(Q))
+    reference: QueryFrame | None = None
+    for index, frame in enumerate(_random_frames(seed, 120)):
+        upstreams.last.on_next(frame)
+        reference = frame if reference is None else _rebuilt(reference, frame)
+        if index % 7 == 0:  # a late subscriber now and then materialises the snapshot
+            late = Recorder()
+            late.attach(cache.get(Q))
+            assert late.frames == [reference]
+    late = Recorder()
+    late.attach(cache.get(Q))
+    assert late.frames == [reference]
+    assert fold_query_frames(_random_frames(seed, 1)[0], QueryFrame.delta(removed=["p/00"])) == (
+        _rebuilt(_random_frames(seed, 1)[0], QueryFrame.delta(removed=["p/00"]))
+    )
+
+
+def test_a_delta_does_not_rebuild_the_snapshot_only_a_late_subscriber_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression (issue 16): the old fold rebuilt and re-sorted the whole snapshot on every delta,
+    so this test fails against it (1000 materialisations instead of 1)."""
+    built: list[int] = []
+    real = QueryFrame.model_copy
+
+    def counting_copy(self: QueryFrame, **kwargs: Any) -> QueryFrame:
+        if self.kind is FrameKind.INITIAL:
+            built.append(len(kwargs.get("update", {}).get("nodes", ())))
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(QueryFrame, "model_copy", counting_copy)
+    upstreams = Upstreams()
+    cache = SyncedQueryCache(upstreams, scheduler=TestScheduler(), replay=fold_query_frames)
+    Recorder().attach(cache.get(Q))
+    upstreams.last.on_next(QueryFrame.initial([MeshNode(path=f"p/{i:05d}") for i in range(5000)]))
+    for i in range(1000):
+        upstreams.last.on_next(QueryFrame.delta([MeshNode(path=f"p/n{i:04d}")]))
+    assert built == []  # no delta materialised anything
+
+    first, second = Recorder(), Recorder()
+    first.attach(cache.get(Q))
+    second.attach(cache.get(Q))  # nothing changed in between: the same frame, built once
+    assert built == [6000]  # the negative control: a late subscriber does build it, once
+    assert first.frames[0] is second.frames[0]
+    assert cache.statistics().folded == 1001
+
+
+# -- idle costs nothing (issue 16, item 2) -------------------------------------------------------
+
+
+def test_an_idle_chain_queues_frames_unfolded_and_folds_them_when_a_subscriber_returns() -> None:
+    """Regression (issue 16): the old chain folded every delta for the whole idle grace."""
+    scheduler = TestScheduler()
+    upstreams = Upstreams()
+    cache = SyncedQueryCache(upstreams, scheduler=scheduler, replay=fold_query_frames)
+    subscription = Recorder().attach(cache.get(Q))
+    upstreams.last.on_next(initial("p/a", "p/b"))
+    folded = cache.statistics().folded
+    subscription.dispose()
+
+    upstreams.last.on_next(QueryFrame.delta([MeshNode(path="p/c")], removed=["p/a"]))
+    upstreams.last.on_next(QueryFrame.delta([MeshNode(path="p/d")]))
+
+    assert cache.statistics().folded == folded  # no work while nobody listens
+    assert cache.statistics().deferred == 2
+    back = Recorder()
+    back.attach(cache.get(Q))
+    assert [n.path for n in back.frames[0].nodes] == ["p/b", "p/c", "p/d"]  # nothing lost
+    assert cache.statistics().folded == folded + 2  # folded once somebody needs them
+    assert upstreams.subscriptions == 1
+
+
+def test_an_idle_backlog_past_its_bound_releases_the_chain_at_once() -> None:
+    scheduler = TestScheduler()
+    upstreams = Upstreams()
+    cache = SyncedQueryCache(upstreams, scheduler=scheduler, replay=fold_query_frames)
+    subscription = Recorder().attach(cache.get(Q))
+    upstreams.last.on_next(initial("p/a"))
+    subscription.dispose()
+    bulk = [MeshNode(path=f"p/{i:05d}") for i in range(DEFAULT_IDLE_BACKLOG)]
+    upstreams.last.on_next(QueryFrame.delta(bulk))  # exactly at the bound: still kept
+    assert upstreams.last.observers and cache.statistics().releases == 0  # negative control
+
+    upstreams.last.on_next(QueryFrame.delta([MeshNode(path="p/over")]))
+
+    assert not upstreams.last.observers  # released long before the 30 s grace
+    assert cache.statistics().releases == 1 and cache.statistics().entries == 0
+    Recorder().attach(cache.get(Q))
+    assert upstreams.subscriptions == 2  # a fresh upstream, never the stale backlog
+
+
+def test_disposing_the_cache_releases_every_chain_and_completes_its_subscribers() -> None:
+    upstreams = Upstreams()
+    cache = SyncedQueryCache(upstreams, scheduler=TestScheduler(), replay=fold_query_frames)
+    live, idle, evicted = Recorder(), Recorder(), Recorder()
+    live.attach(cache.get(Q))
+    upstreams.last.on_next(initial("p/a"))
+    idle.attach(cache.get(NodeQuery(node_type="Other"))).dispose()  # waiting out its grace
+    evicted.attach(cache.get(NodeQuery(node_type="Third")))
+    upstreams.last.on_next(initial(silent=("b",)))  # evicted, still has a subscriber
+    assert all(subject.observers for subject in upstreams.opened)  # negative control
+
+    cache.dispose()
+
+    assert not any(subject.observers for subject in upstreams.opened)
+    assert live.completed and evicted.completed
+    assert live.errors == [] and evicted.errors == []
+    stats = cache.statistics()
+    assert (stats.entries, stats.subscribers) == (0, 0)
+    after = Recorder()
+    after.attach(cache.get(Q))
+    assert upstreams.subscriptions == 3  # nothing opened after the dispose
+    assert [type(e) for e in after.errors] == [MeshDisposedError]
+    cache.dispose()  # idempotent
