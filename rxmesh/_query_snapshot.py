@@ -1,0 +1,72 @@
+"""The incremental snapshot of a live query, as :class:`~rxmesh.cache.SyncedQueryCache` keeps it
+for ``replay=fold_query_frames`` (kept apart from the cache to keep each module small)."""
+
+from __future__ import annotations
+
+from rxmesh.model import FrameKind, MeshNode, QueryFrame
+
+__all__ = ["QuerySnapshot"]
+
+
+class QuerySnapshot:
+    """The state of :func:`fold_query_frames`, kept incrementally: nodes by path, plus the path
+    order of the last materialised Initial.
+
+    :meth:`fold` costs O(rows in the frame); :meth:`value` materialises the ordered Initial only
+    when asked (a late subscriber joining) and keeps it until the next fold, merging the paths
+    added since into the kept order (a linear merge, not a re-sort of everything).
+    """
+
+    __slots__ = ("_added", "_nodes", "_order", "_removed", "_template", "_value")
+
+    def __init__(self, frame: QueryFrame) -> None:
+        self._reset(frame)
+
+    def _reset(self, frame: QueryFrame) -> None:
+        self._value: QueryFrame | None = frame
+        self._added: list[str] = []
+        self._removed = 0
+        self._template: QueryFrame | None = None
+        self._nodes: dict[str, MeshNode] = {}
+        self._order: list[str] = []
+        if frame.kind is FrameKind.INITIAL:  # a Delta with no Initial before it is replayed as is
+            self._template = frame
+            self._nodes = {node.path: node for node in frame.nodes}
+            self._order = sorted(self._nodes)  # linear on the (already ordered) Initial
+
+    def fold(self, frame: QueryFrame) -> None:
+        """Apply ``frame``: an Initial replaces the state; a Delta removes, then upserts."""
+        if frame.kind is FrameKind.INITIAL or self._template is None:
+            self._reset(frame)
+            return
+        nodes = self._nodes
+        for path in frame.removed:
+            if nodes.pop(path, None) is not None:
+                self._removed += 1
+        for node in frame.nodes:
+            if node.path not in nodes:
+                self._added.append(node.path)
+            nodes[node.path] = node
+        self._value = None
+
+    def size(self) -> int:
+        """Rows in the snapshot now."""
+        return len(self._nodes)
+
+    def value(self) -> QueryFrame:
+        """The snapshot as one Initial ordered by path (the state's other fields kept)."""
+        if self._value is not None:
+            return self._value
+        assert self._template is not None  # only a fold of a Delta into an Initial clears it
+        nodes, order = self._nodes, self._order
+        added = set(self._added)
+        if self._removed:  # a removed path may also be back among the added ones
+            order = [path for path in order if path in nodes and path not in added]
+        if added:
+            order.extend(sorted(path for path in added if path in nodes))
+            order.sort()  # two ordered runs: timsort merges them in linear time
+        self._order, self._added, self._removed = order, [], 0
+        self._value = self._template.model_copy(
+            update={"nodes": tuple(nodes[path] for path in order)}
+        )
+        return self._value
