@@ -1,11 +1,13 @@
-"""The journal: one durable file per pending intent, in a private directory (SPEC §5.1).
+"""The journal's format 1: one durable file per pending intent, in a private directory (SPEC §5.1).
 
 Each file is ``<sha256 of the path>.json`` (never the raw path), mode 0600, in a 0700 directory
 owned by this process's user. A file is written durably before its intent counts as recorded:
 temp file in the same directory, ``fsync``, ``os.replace`` onto the final name, ``fsync`` the
 directory. Its body carries a sha256 of the canonical JSON of the intent, so a torn or edited file
 is recognised; such a file (or any unreadable/invalid one) is moved aside as ``*.corrupt`` and
-reported at ERROR, and the others still load.
+reported at ERROR, and the others still load. The synchronous ``PendingWriteLedger.record`` writes
+this format; the awaitable records append to the group-committed log of format 2
+(:mod:`rxmesh.ledger._log`), which lives in the same directory and is read by the same checks.
 
 What the journal refuses to trust:
 
@@ -41,24 +43,32 @@ from loguru import logger
 from pydantic import ValidationError
 
 from rxmesh.exceptions import JournalError
+from rxmesh.ledger._directory import kind_of, open_private_directory
 from rxmesh.ledger._models import PendingWrite
 
-__all__ = ["JOURNAL_FORMAT", "Journal", "JournalError", "encode_journal_file", "journal_file_name"]
+__all__ = [
+    "JOURNAL_FORMAT",
+    "CorruptFile",
+    "Journal",
+    "JournalError",
+    "canonical_intent",
+    "digest",
+    "encode_journal_file",
+    "journal_file_name",
+]
 
 JOURNAL_FORMAT = "rxmesh.pending-write/1"
-"""The ``format`` tag of a journal file."""
+"""The ``format`` tag of a journal file (one file per intent; format 2 is the log's)."""
 
 _FILE = re.compile(r"[0-9a-f]{64}\.json")
 _TEMP = re.compile(r"\.[0-9a-f]{64}\.json\.\d+\.\d+\.tmp")
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
-_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
-_MAX_SYMLINKS = 40  # as the kernel's lookup (ELOOP beyond)
 _MAX_FILE_BYTES = 16 * 1024 * 1024
+_LOG_NAME = re.compile(r"(segment-\d{12}\.log|\.segment-\d{12}\.log\.tmp)")  # format 2's
 
 
-class _CorruptFile(Exception):
+class CorruptFile(Exception):
     """Internal: a journal file that cannot be trusted (the text says why)."""
 
 
@@ -67,7 +77,8 @@ def journal_file_name(path: str) -> str:
     return hashlib.sha256(path.encode("utf-8")).hexdigest() + ".json"
 
 
-def _canonical(intent: PendingWrite) -> str:
+def canonical_intent(intent: PendingWrite) -> str:
+    """The canonical JSON of ``intent`` (sorted keys, no spaces): what its checksum covers."""
     return _canonical_json(intent.model_dump(mode="json"))
 
 
@@ -75,15 +86,16 @@ def _canonical_json(body: object) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _digest(canonical: str) -> str:
+def digest(canonical: str) -> str:
+    """The sha256 of ``canonical`` in hex."""
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def encode_journal_file(intent: PendingWrite) -> bytes:
     """The bytes of the journal file for ``intent``: format tag, checksum, canonical intent."""
-    canonical = _canonical(intent)
+    canonical = canonical_intent(intent)
     return (
-        f'{{"format":"{JOURNAL_FORMAT}","sha256":"{_digest(canonical)}","intent":{canonical}}}\n'
+        f'{{"format":"{JOURNAL_FORMAT}","sha256":"{digest(canonical)}","intent":{canonical}}}\n'
     ).encode()
 
 
@@ -91,202 +103,24 @@ def _decode(name: str, data: bytes) -> PendingWrite:
     try:
         document = json.loads(data)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise _CorruptFile(f"not JSON ({exc}); a torn or overwritten file") from exc
+        raise CorruptFile(f"not JSON ({exc}); a torn or overwritten file") from exc
     if not isinstance(document, dict):
-        raise _CorruptFile("not a journal document (a JSON object was expected)")
+        raise CorruptFile("not a journal document (a JSON object was expected)")
     if document.get("format") != JOURNAL_FORMAT:
-        raise _CorruptFile(f"unknown format {document.get('format')!r}")
+        raise CorruptFile(f"unknown format {document.get('format')!r}")
     stored = document.get("sha256")
     body = document.get("intent")
     if not isinstance(stored, str) or body is None:
-        raise _CorruptFile("no checksum or no intent")
-    if not hmac.compare_digest(stored, _digest(_canonical_json(body))):
-        raise _CorruptFile("checksum mismatch; the file was torn or edited")
+        raise CorruptFile("no checksum or no intent")
+    if not hmac.compare_digest(stored, digest(_canonical_json(body))):
+        raise CorruptFile("checksum mismatch; the file was torn or edited")
     try:
         intent = PendingWrite.model_validate(body)
     except ValidationError as exc:
-        raise _CorruptFile(f"the intent is invalid: {exc}") from exc
+        raise CorruptFile(f"the intent is invalid: {exc}") from exc
     if journal_file_name(intent.path) != name:
-        raise _CorruptFile(f"the name does not match the intent's path {intent.path!r}")
+        raise CorruptFile(f"the name does not match the intent's path {intent.path!r}")
     return intent
-
-
-def _kind(mode: int) -> str:
-    """What a non-regular file is, in words (for the quarantine's log line)."""
-    for test, kind in (
-        (stat.S_ISLNK, "symlink"),
-        (stat.S_ISDIR, "directory"),
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-        (stat.S_ISSOCK, "socket"),
-    ):
-        if test(mode):
-            return kind
-    return "special file"
-
-
-def _check_ancestor(ancestor: Path, info: os.stat_result, given: str) -> None:
-    """Refuse ``ancestor``, a directory the lookup of the journal ``given`` passes through.
-
-    The rule of OpenSSH's ``StrictModes`` (``safe_path`` in its ``misc.c``): owned by root or by
-    this uid, and not group- or world-writable, except that a sticky directory (``/tmp``) is
-    accepted: there nobody but an entry's owner (or the directory's, checked here too) can rename
-    or delete it, and the next component down is checked in its turn.
-    """
-    euid = os.geteuid()
-    why: str | None = None
-    if info.st_uid not in (0, euid):
-        why = (
-            f"it is owned by uid {info.st_uid}, neither root nor this process (uid {euid}), "
-            "and its owner can replace anything below it"
-        )
-    elif info.st_mode & _WRITABLE_BY_OTHERS and not info.st_mode & stat.S_ISVTX:
-        why = (
-            f"its mode {stat.S_IMODE(info.st_mode):04o} is group- or world-writable without the "
-            "sticky bit, so others can rename what is below it away and put their own in its place"
-        )
-    if why is not None:
-        raise JournalError(
-            f"refusing pending-write journal directory {given!r}: its ancestor {str(ancestor)!r} "
-            f"is unsafe: {why}; whoever controls it could redirect the intents and re-issue "
-            "creates under someone else's AccessContext",
-            path=str(ancestor),
-        )
-
-
-def _check_directory(directory: Path, info: os.stat_result) -> None:
-    """Refuse the journal directory itself unless it is ours and nobody else can write to it."""
-    if not stat.S_ISDIR(info.st_mode):
-        raise JournalError(
-            f"pending-write journal {str(directory)!r} is not a directory", path=str(directory)
-        )
-    if info.st_uid != os.geteuid():
-        raise JournalError(
-            f"refusing pending-write journal directory {str(directory)!r}: it is owned by uid "
-            f"{info.st_uid}, not by this process (uid {os.geteuid()}); whoever can write there "
-            "could re-issue creates under someone else's AccessContext",
-            path=str(directory),
-        )
-    if info.st_mode & _WRITABLE_BY_OTHERS:
-        raise JournalError(
-            f"refusing pending-write journal directory {str(directory)!r}: mode "
-            f"{stat.S_IMODE(info.st_mode):04o} is group- or world-writable; whoever can write "
-            "there could re-issue creates under someone else's AccessContext (use 0700)",
-            path=str(directory),
-        )
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        logger.bind(journal_dir=str(directory)).warning(
-            "pending-write journal directory {} has mode {:04o}; others can read the intents' "
-            "access contexts (0700 is expected)",
-            str(directory),
-            stat.S_IMODE(info.st_mode),
-        )
-
-
-def _resolve_checked(given: str) -> tuple[Path, os.stat_result, bool]:
-    """Resolve ``given`` as the kernel would, checking every directory the lookup passes through.
-
-    That is each ancestor of the resolved directory AND each directory holding a symlink of the
-    path as given (or of a symlink's target): whoever can write to any of them chooses where the
-    journal is. Each such symlink must be owned by root or this uid too (in a sticky directory
-    like ``/tmp`` its owner could replace it; Linux's ``protected_symlinks`` rule). Walks from
-    ``/`` down, so nothing is created inside a directory that failed its check; a missing
-    component is created 0755 (the journal directory itself 0700), narrowed by the umask.
-
-    Returns:
-        the resolved directory, its ``lstat``, and whether this call created it.
-    """
-    absolute = given if os.path.isabs(given) else os.path.join(os.getcwd(), given)
-    pending = list(reversed(absolute.split("/")))
-    resolved = Path("/")
-    checked: set[Path] = set()
-    info = os.lstat(resolved)
-    created = False
-    links = 0
-    while pending:
-        part = pending.pop()
-        if part in ("", "."):
-            continue
-        if part == "..":
-            resolved = resolved.parent
-            info = os.lstat(resolved)
-            continue
-        if not stat.S_ISDIR(info.st_mode):
-            raise JournalError(
-                f"pending-write journal {given!r} is not a directory: {str(resolved)!r} on its "
-                "path is not one",
-                path=str(resolved),
-            )
-        if resolved not in checked:
-            _check_ancestor(resolved, info, given)
-            checked.add(resolved)
-        component = resolved / part
-        try:
-            info = os.lstat(component)
-        except FileNotFoundError:
-            last = not any(rest not in ("", ".") for rest in pending)
-            try:
-                os.mkdir(component, 0o700 if last else 0o755)
-            except FileExistsError:
-                pass  # made meanwhile: it is looked at below like any other
-            else:
-                created = last
-            info = os.lstat(component)
-        if stat.S_ISLNK(info.st_mode):
-            if info.st_uid not in (0, os.geteuid()):  # in a sticky directory its owner may swap it
-                raise JournalError(
-                    f"refusing pending-write journal directory {given!r}: the symlink "
-                    f"{str(component)!r} on the way to it is owned by uid {info.st_uid}, "
-                    f"neither root nor this process (uid {os.geteuid()}); its owner chooses "
-                    "where it points",
-                    path=str(component),
-                )
-            links += 1
-            if links > _MAX_SYMLINKS:
-                raise JournalError(
-                    f"pending-write journal {given!r}: too many levels of symbolic links",
-                    path=given,
-                )
-            target = os.readlink(component)
-            pending.extend(reversed(target.split("/")))
-            if target.startswith("/"):
-                resolved = Path("/")
-            info = os.lstat(resolved)
-            continue
-        resolved = component
-    return resolved, info, created
-
-
-def _open_private_directory(given: str) -> tuple[Path, int]:
-    """Check the journal ``given`` and the way to it, creating what is missing; open it.
-
-    The descriptor is opened ``O_DIRECTORY|O_NOFOLLOW`` and must be the very directory that was
-    checked (same ``st_dev``/``st_ino``); the directory's own checks run on its ``fstat``.
-
-    Returns:
-        the resolved directory (for display) and the descriptor every later operation goes through.
-    """
-    directory, info, created = _resolve_checked(given)
-    if not stat.S_ISDIR(info.st_mode):
-        _check_directory(directory, info)  # raises: not a directory
-    fd = os.open(directory, _DIRECTORY_FLAGS)
-    try:
-        opened = os.fstat(fd)
-        if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
-            raise JournalError(
-                f"refusing pending-write journal directory {str(directory)!r}: it was replaced "
-                "while it was being checked",
-                path=str(directory),
-            )
-        if created:
-            os.fchmod(fd, 0o700)  # the umask may have narrowed it; never widen beyond 0700
-            opened = os.fstat(fd)
-        _check_directory(directory, opened)
-    except BaseException:
-        os.close(fd)
-        raise
-    return directory, fd
 
 
 class Journal:
@@ -310,7 +144,7 @@ class Journal:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         given = os.fspath(directory)
         try:
-            self._directory, fd = _open_private_directory(given)
+            self._directory, fd = open_private_directory(given)
         except OSError as exc:
             raise JournalError(
                 f"cannot prepare pending-write journal directory {given!r}: {exc}", path=given
@@ -339,6 +173,14 @@ class Journal:
     def file_for(self, path: str) -> Path:
         """Where the journal file of the intent for node ``path`` is, for display only."""
         return self._directory / journal_file_name(path)
+
+    def dir_fd(self) -> int:
+        """The descriptor of the directory, for the log's operations relative to it.
+
+        Raises:
+            JournalError: the journal is closed.
+        """
+        return self._dir_fd()
 
     def _dir_fd(self) -> int:
         if self.closed:  # the number may already belong to another file: never use it again
@@ -440,8 +282,8 @@ class Journal:
             if _FILE.fullmatch(name):
                 try:
                     intents.append(self._read(name))
-                except _CorruptFile as exc:
-                    if self._quarantine(name, str(exc)):
+                except CorruptFile as exc:
+                    if self.quarantine(name, str(exc)):
                         quarantined += 1
             elif _TEMP.fullmatch(name):
                 bound.warning(
@@ -452,6 +294,8 @@ class Journal:
                     os.unlink(name, dir_fd=directory)  # never opened: whatever it is, no blocking
                 except OSError as exc:
                     bound.opt(exception=exc).error("could not remove {}: {}", name, exc)
+            elif _LOG_NAME.fullmatch(name):
+                continue  # the log's segments: read by its own loader
             elif name.endswith(".corrupt"):
                 leftover_corrupt += 1
             else:
@@ -469,37 +313,46 @@ class Journal:
     @staticmethod
     def _check_trusted(info: os.stat_result) -> None:
         if not stat.S_ISREG(info.st_mode):
-            raise _CorruptFile(f"not a regular file but a {_kind(info.st_mode)}; it is not read")
+            raise CorruptFile(f"not a regular file but a {kind_of(info.st_mode)}; it is not read")
         if info.st_uid != os.geteuid():
-            raise _CorruptFile(f"owned by uid {info.st_uid}, not by this process")
+            raise CorruptFile(f"owned by uid {info.st_uid}, not by this process")
 
     def _read(self, name: str) -> PendingWrite:
+        return _decode(name, self.read_trusted(name, _MAX_FILE_BYTES))
+
+    def read_trusted(self, name: str, limit: int) -> bytes:
+        """The bytes of ``name`` if it is a regular file of ours no larger than ``limit``.
+
+        Raises:
+            CorruptFile: it is not one (it was not opened unless it was a regular file), or it
+                cannot be read.
+        """
         directory = self._fd
         try:
             before = os.stat(name, dir_fd=directory, follow_symlinks=False)
         except OSError as exc:
-            raise _CorruptFile(f"unreadable: {exc}") from exc
+            raise CorruptFile(f"unreadable: {exc}") from exc
         self._check_trusted(before)  # a FIFO or device is never opened: it could block or act
         try:
             # O_NONBLOCK in case it became one anyway; a regular file ignores the flag.
             fd = os.open(name, _READ_FLAGS, dir_fd=directory)
         except OSError as exc:
-            raise _CorruptFile(f"unreadable: {exc}") from exc
+            raise CorruptFile(f"unreadable: {exc}") from exc
         try:
             info = os.fstat(fd)
             self._check_trusted(info)
             if (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino):
-                raise _CorruptFile("replaced while it was being opened")
-            if info.st_size > _MAX_FILE_BYTES:
-                raise _CorruptFile(f"{info.st_size} bytes; larger than any intent")
+                raise CorruptFile("replaced while it was being opened")
+            if info.st_size > limit:
+                raise CorruptFile(f"{info.st_size} bytes; larger than any intent")
             chunks: list[bytes] = []
             while chunk := os.read(fd, 1 << 16):
                 chunks.append(chunk)
         except OSError as exc:
-            raise _CorruptFile(f"unreadable: {exc}") from exc
+            raise CorruptFile(f"unreadable: {exc}") from exc
         finally:
             os.close(fd)
-        return _decode(name, b"".join(chunks))
+        return b"".join(chunks)
 
     def _exists(self, name: str) -> bool:
         try:
@@ -508,7 +361,8 @@ class Journal:
             return False
         return True
 
-    def _quarantine(self, name: str, why: str) -> bool:
+    def quarantine(self, name: str, why: str) -> bool:
+        """Move ``name`` aside as ``*.corrupt`` (durably) and report it at ERROR; say if it was."""
         directory = self._fd
         source = self._directory / name
         bound = logger.bind(journal_dir=str(self._directory), journal_file=str(source))
