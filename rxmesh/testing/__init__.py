@@ -9,6 +9,11 @@ Real infrastructure for integration tests: :class:`FaultProxy` (a loopback TCP p
 stalls or refuses), :class:`TemporaryPostgresCluster` (a throwaway server to stop or restart) and
 :class:`TemporaryPgBouncer` (a throwaway transaction-pooling PgBouncer, to test code that runs
 behind a pooler as most production PostgreSQL does).
+
+Cut/restore backends, the ways ``rxmesh drill`` cuts its store and brings it back, reusable in your
+own outage tests: :class:`OutageBackend` (the protocol), :class:`InMemoryOutage` (the embedded
+store behind its fault knobs) and :class:`PostgresProxyOutage` (a server behind a loopback
+:class:`FaultProxy`, never stopped).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from rxmesh.testing._fault_store import (
     connection_reset_error,
     unreachable_error,
 )
+from rxmesh.testing._outage import InMemoryOutage, OutageBackend, PostgresProxyOutage
 from rxmesh.testing._pgbouncer import TemporaryPgBouncer
 from rxmesh.testing._proxy import FaultProxy
 
@@ -35,7 +41,10 @@ __all__ = [
     "FaultInjectingStoreStatistics",
     "FaultProxy",
     "FeedMode",
+    "InMemoryOutage",
     "Operation",
+    "OutageBackend",
+    "PostgresProxyOutage",
     "TemporaryPgBouncer",
     "TemporaryPostgresCluster",
     "connect_timeout_error",
