@@ -33,6 +33,8 @@ from rxmesh._query_snapshot import QuerySnapshot
 from rxmesh._scheduling import resolve_scheduler
 from rxmesh.exceptions import MeshDisposedError
 from rxmesh.faults import is_store_unreachable
+from rxmesh.instrumentation import _events
+from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.model import QueryFrame
 
 __all__ = [
@@ -352,7 +354,7 @@ class SyncedQueryCache(Generic[Q, T]):
             with self._lock:
                 if chain.terminated:
                     return
-                targets = self._terminate(chain)
+                targets = self._terminate(chain, error)
                 log = logger.bind(query=repr(chain.key), error_type=type(error).__name__)
                 if is_store_unreachable(error):
                     log.error(
@@ -381,6 +383,8 @@ class SyncedQueryCache(Generic[Q, T]):
         try:
             opened = self._open_query(query)
             self._upstreams += 1
+            if _instrumentation.enabled:
+                _instrumentation.emit(_events.CacheChainBuilt())
             subscription = opened.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
         except Exception as exc:  # noqa: BLE001 - delivered as the chain's error, never swallowed
             on_error(exc)
@@ -390,11 +394,13 @@ class SyncedQueryCache(Generic[Q, T]):
         else:
             chain.upstream.disposable = subscription
 
-    def _terminate(self, chain: _Chain[T]) -> tuple[abc.ObserverBase[T], ...]:
+    def _terminate(
+        self, chain: _Chain[T], error: Exception | None = None
+    ) -> tuple[abc.ObserverBase[T], ...]:
         """Mark ``chain`` dead, evict it, detach and return its observers (lock held)."""
         chain.terminated = True
         self._chains.pop(id(chain), None)
-        self._evict(chain)
+        self._evict(chain, "completed" if error is None else "fault", error)
         targets = chain.targets()
         self._subscribers -= len(chain.observers)
         chain.observers.clear()
@@ -403,7 +409,9 @@ class SyncedQueryCache(Generic[Q, T]):
         chain.upstream.dispose()
         return targets
 
-    def _evict(self, chain: _Chain[T]) -> None:
+    def _evict(
+        self, chain: _Chain[T], cause: str = "silent_provider", error: Exception | None = None
+    ) -> None:
         """Remove ``chain``'s entry, only if the key still maps to that very chain (lock held)."""
         if chain.evicted:
             return
@@ -411,6 +419,10 @@ class SyncedQueryCache(Generic[Q, T]):
         if self._entries.get(chain.key) is chain:
             del self._entries[chain.key]
             self._evictions += 1
+            if _instrumentation.enabled:
+                _instrumentation.emit(
+                    _events.CacheChainEvicted(cause=cause, unreachable=is_store_unreachable(error))
+                )
 
     def _idle(self, chain: _Chain[T], scheduler: abc.SchedulerBase | None) -> None:
         """The last subscriber left ``chain`` (lock held): release now or after the grace."""

@@ -25,6 +25,9 @@ from typing import Any, Protocol
 
 from loguru import logger
 
+from rxmesh.instrumentation import _events
+from rxmesh.instrumentation import _seam as _instrumentation
+
 __all__ = [
     "DEFAULT_MALFORMED_WINDOW",
     "ChangeFeedCheck",
@@ -157,6 +160,7 @@ class HealthRegistry:
     def __init__(self) -> None:
         self._checks: dict[str, _Registration] = {}
         self._lock = threading.Lock()
+        self._last: dict[frozenset[str] | None, HealthStatus] = {}  # per selection of tags
 
     def register(
         self,
@@ -216,6 +220,18 @@ class HealthRegistry:
         total = time.perf_counter() - started
         entries = {name: entry for (name, _), entry in zip(selected, results, strict=True)}
         status = min((e.status for e in entries.values()), default=HealthStatus.HEALTHY)
+        with self._lock:
+            previous = self._last.get(wanted)
+            self._last[wanted] = status
+        if _instrumentation.enabled and previous is not status:
+            checks = "all" if wanted is None else ",".join(sorted(wanted))
+            _instrumentation.emit(
+                _events.HealthStatusChanged(
+                    previous=None if previous is None else str(previous),
+                    status=str(status),
+                    checks=checks,
+                )
+            )
         return HealthReport(status=status, total_duration=total, entries=entries)
 
     @staticmethod

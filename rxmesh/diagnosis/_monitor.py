@@ -27,6 +27,8 @@ from rxmesh.diagnosis._fields import (
     FIELD_STALL_GC_SECONDS,
     FIELD_STALL_SECONDS,
 )
+from rxmesh.instrumentation import _events
+from rxmesh.instrumentation import _seam as _instrumentation
 
 __all__ = ["LoopStall", "LoopStallMonitor", "LoopStallStatistics", "active_monitors"]
 
@@ -270,6 +272,8 @@ class LoopStallMonitor:
                 FIELD_STALL_GC_SECONDS: gc_seconds,
             }
         ).warning("event loop stalled for {:.1f} s (gc {:.1f} s)", late, gc_seconds)
+        if _instrumentation.enabled:
+            _instrumentation.emit(_events.LoopStalled(seconds=late, gc_seconds=gc_seconds))
         return stall
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:

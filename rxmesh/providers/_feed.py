@@ -17,6 +17,8 @@ from typing import Literal
 
 from loguru import logger
 
+from rxmesh.instrumentation import _events
+from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.model import partition_of, validate_path
 
 __all__ = [
@@ -220,6 +222,11 @@ class FeedBook:
             self.loss = (at, reason)
 
     def resumed(self) -> None:
+        if _instrumentation.enabled and self.loss is not None:
+            lost_at, reason = self.loss
+            lost = (_now() - lost_at).total_seconds()
+            gap = _events.ChangeFeedGapDeclared(store=self.store, lost_seconds=lost, reason=reason)
+            _instrumentation.emit(gap)
         self.loss = None
         self.gaps += 1
 
@@ -228,6 +235,8 @@ class FeedBook:
         self.verified_at = at
         self.probe_round_trip = round_trip
         self.unverified_reported = False
+        if _instrumentation.enabled:
+            _instrumentation.emit(_events.ProbeRoundTrip(store=self.store, seconds=round_trip))
 
     def probe_failed(self, reason: str, *, sent: bool) -> None:
         if sent:

@@ -25,6 +25,7 @@ from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
 from rxmesh.exceptions import StoreConflictError
+from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.model import (
     ChangeFeedGap,
     CommitAnnounced,
@@ -202,6 +203,8 @@ class InMemoryStore:
         gap = ChangeFeedGap(
             source=self._name, lost_at=lost_at or now, resumed_at=now, reason=reason
         )
+        if _instrumentation.enabled:
+            _instrumentation.changefeed_gap_declared(gap)
         with self._lock:
             self._gaps_declared += 1
         self._gaps.on_next(gap)

@@ -24,6 +24,7 @@ from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposab
 from reactivex.subject import Subject
 
 from rxmesh.exceptions import StoreError
+from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.model import (
     ChangeFeedGap,
     FrameKind,
@@ -369,6 +370,8 @@ class FaultInjectingStore:
         gap = ChangeFeedGap(
             source=self._name, lost_at=lost_at or now, resumed_at=now, reason=reason
         )
+        if _instrumentation.enabled:
+            _instrumentation.changefeed_gap_declared(gap)
         self.injected["gap_declared"] += 1
         self._gaps.on_next(gap)
         return gap
