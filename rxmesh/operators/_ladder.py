@@ -21,6 +21,7 @@ from loguru import logger
 from reactivex import abc
 
 from rxmesh.faults import is_standing_watch_transient, is_transient_connect_fault
+from rxmesh.instrumentation import _seam as _instrumentation
 
 __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_REOPENS",
@@ -166,6 +167,8 @@ class Ladder:
             attempt,
             len(self.delays),
         )
+        if _instrumentation.enabled:
+            _instrumentation.retry_scheduled(error, attempt, delay)
         if self.on_retry is not None:
             self.on_retry(error, attempt, delay)
         return delay
@@ -243,6 +246,8 @@ class ReopenLadder:
         """
         n = (0 if emitted else consecutive) + 1
         if not self.is_transient(fault):
+            if _instrumentation.enabled:
+                _instrumentation.watch_surfaced("not_transient", fault, n - 1)
             return n, None
         fault_type = type(fault).__name__
         if n > self.max_consecutive:
@@ -252,6 +257,8 @@ class ReopenLadder:
                 n - 1,
                 fault,
             )
+            if _instrumentation.enabled:
+                _instrumentation.watch_surfaced("budget_spent", fault, n - 1)
             return n, None
         delay = self.backoff[min(n, len(self.backoff)) - 1]
         logger.bind(
@@ -263,6 +270,8 @@ class ReopenLadder:
             self.max_consecutive,
             f"{delay:g}",
         )
+        if _instrumentation.enabled:
+            _instrumentation.watch_reopened(fault, n, self.max_consecutive, delay)
         if self.on_reopen is not None:
             self.on_reopen(fault, n, delay)
         return n, delay
