@@ -17,7 +17,6 @@ surrogates) and over-long text, so an existing row always reads back.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import StrEnum
@@ -33,7 +32,30 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from rxmesh.exceptions import InvalidPathError, NodeValidationError
+from rxmesh._model_rules import (
+    MAX_CONTENT_BYTES,
+    MAX_CONTENT_DEPTH,
+    MAX_LABEL_LENGTH,
+    MAX_PARTITION_LENGTH,
+    MAX_PATH_DEPTH,
+    MAX_PATH_LENGTH,
+    MAX_REQUEST_ID_LENGTH,
+    MAX_SEGMENT_LENGTH,
+    MAX_USER_ID_LENGTH,
+    USER_ID_RULE,
+    _label_problem,
+    _request_id_problem,
+    _text_problem,
+    _user_id_problem,
+    is_reserved_path,
+    partition_of,
+    validate_content,
+    validate_label,
+    validate_path,
+    validate_request_id,
+    validate_stored_text,
+    validate_user_id,
+)
 
 __all__ = [
     "MAX_CONTENT_BYTES",
@@ -69,233 +91,14 @@ __all__ = [
     "validate_user_id",
 ]
 
-MAX_PATH_LENGTH = 512
-MAX_PATH_DEPTH = 16
-MAX_SEGMENT_LENGTH = 128
-MAX_PARTITION_LENGTH = 48
-MAX_CONTENT_BYTES = 1_000_000
-"""Largest node content accepted, in bytes of its JSON text."""
-MAX_CONTENT_DEPTH = 64
-"""Deepest nesting of node content accepted (objects and arrays)."""
-
 NODE_TYPE_PATTERN = r"^[A-Za-z][A-Za-z0-9_.:-]{0,127}$"
 """A node type name: a letter, then letters, digits, ``_ . : -``; at most 128 characters."""
-
-MAX_USER_ID_LENGTH = MAX_SEGMENT_LENGTH
-"""Longest user id: it is a path segment (of the grant ``<partition>/_access/<user>``)."""
-MAX_REQUEST_ID_LENGTH = 128
-"""Longest request id (the store keeps it with the row)."""
-MAX_LABEL_LENGTH = 256
-"""Longest free-text identity label (``on_behalf_of``; a stored ``created_by``)."""
-
-USER_ID_RULE = (
-    f"a user id is 1 to {MAX_USER_ID_LENGTH} characters of [A-Za-z0-9._-], not '.' or '..', "
-    "and does not start with '_' (it names the grant '<partition>/_access/<user>')"
-)
-"""The user-id rule, as every refusal of a user id states it."""
 
 SYSTEM_USER = "system"
 """The system identity: it may do anything."""
 
 NODE_TYPE_NODE_TYPE = "NodeType"
 """The node type of NodeType records (their content defines the fields of a node type)."""
-
-_SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
-
-
-def _shown(path: object) -> str:
-    text = repr(path)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def validate_path(path: object, *, allow_reserved: bool = True) -> str:
-    """Return ``path`` if it obeys the path rules, else raise :class:`InvalidPathError` naming it.
-
-    Args:
-        path: the candidate path.
-        allow_reserved: whether ``_``-prefixed (system) segments are accepted below the partition.
-    """
-    if not isinstance(path, str):
-        raise InvalidPathError(f"path {_shown(path)} is not a string", path=None)
-    if not path:
-        raise InvalidPathError("path '' is empty", path=path)
-    if len(path) > MAX_PATH_LENGTH:
-        raise InvalidPathError(
-            f"path {_shown(path)} is {len(path)} characters long; at most {MAX_PATH_LENGTH}",
-            path=path,
-        )
-    segments = path.split("/")
-    if len(segments) > MAX_PATH_DEPTH:
-        raise InvalidPathError(
-            f"path {_shown(path)} has {len(segments)} segments; at most {MAX_PATH_DEPTH}",
-            path=path,
-        )
-    for index, segment in enumerate(segments):
-        if not segment:
-            raise InvalidPathError(f"path {_shown(path)} has an empty segment", path=path)
-        if segment in {".", ".."} or not _SEGMENT.fullmatch(segment):
-            raise InvalidPathError(
-                f"path {_shown(path)}: segment {_shown(segment)} must be made of "
-                "[A-Za-z0-9._-] and not be '.' or '..'",
-                path=path,
-            )
-        if len(segment) > MAX_SEGMENT_LENGTH:
-            raise InvalidPathError(
-                f"path {_shown(path)}: a segment is longer than {MAX_SEGMENT_LENGTH} characters",
-                path=path,
-            )
-        if segment.startswith("_") and (index == 0 or not allow_reserved):
-            raise InvalidPathError(
-                f"path {_shown(path)}: segment {_shown(segment)} is reserved for system records",
-                path=path,
-            )
-    if len(segments[0]) > MAX_PARTITION_LENGTH:
-        raise InvalidPathError(
-            f"path {_shown(path)}: partition name longer than {MAX_PARTITION_LENGTH} characters",
-            path=path,
-        )
-    return path
-
-
-def partition_of(path: str) -> str:
-    """The partition (first segment) of a path."""
-    return path.split("/", 1)[0]
-
-
-def is_reserved_path(path: str) -> bool:
-    """Whether any segment of ``path`` is a reserved (``_``-prefixed) system segment."""
-    return any(segment.startswith("_") for segment in path.split("/"))
-
-
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-_UNSTORABLE_OR_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def _describe(found: str) -> str:
-    if found == "\x00":
-        return "contains a NUL character"
-    if "\ud800" <= found <= "\udfff":
-        return "contains a lone surrogate (not valid Unicode text)"
-    return f"contains the control character U+{ord(found):04X}"
-
-
-def _storable_text(text: str) -> str | None:
-    """Why ``text`` cannot be stored (NUL, a lone surrogate), or ``None``."""
-    found = _UNSTORABLE.search(text)
-    return None if found is None else _describe(found.group())
-
-
-def _text_problem(
-    value: object, *, max_length: int, min_length: int = 0, control: bool = True
-) -> str | None:
-    """Why ``value`` is not acceptable text, or ``None``: not a string, too short or long, NUL,
-    a lone surrogate, or (when ``control``) a control character (category Cc)."""
-    if not isinstance(value, str):
-        return f"is not a string (a {type(value).__name__})"
-    if len(value) < min_length:
-        return "is empty"
-    if len(value) > max_length:
-        return f"is {len(value)} characters long; at most {max_length}"
-    found = (_UNSTORABLE_OR_CONTROL if control else _UNSTORABLE).search(value)
-    return None if found is None else f"{_shown(value)} {_describe(found.group())}"
-
-
-def _user_id_problem(user: object) -> str | None:
-    problem = _text_problem(user, max_length=MAX_USER_ID_LENGTH, min_length=1)
-    if problem is None:
-        assert isinstance(user, str)
-        if user in {".", ".."} or user.startswith("_") or not _SEGMENT.fullmatch(user):
-            problem = f"{_shown(user)} is not a user id"
-    return None if problem is None else f"{problem}; {USER_ID_RULE}"
-
-
-def _request_id_problem(value: object) -> str | None:
-    return _text_problem(value, max_length=MAX_REQUEST_ID_LENGTH, min_length=1)
-
-
-def _label_problem(value: object) -> str | None:
-    return _text_problem(value, max_length=MAX_LABEL_LENGTH)
-
-
-def _refuse(field: str, problem: str | None, value: object) -> str:
-    if problem is not None:
-        raise NodeValidationError(f"{field}: {problem}")
-    assert isinstance(value, str)
-    return value
-
-
-def validate_user_id(user: object, *, field: str = "user") -> str:
-    """Return ``user`` if it is a user id, else raise :class:`NodeValidationError` naming ``field``.
-
-    A user id is a path segment that is not reserved (see :data:`USER_ID_RULE`): it names the
-    grant ``<partition>/_access/<user>``, so it may not add segments (``/``), climb (``..``),
-    name a system record (``_owner``) or hold what a store cannot keep. An e-mail address is not a
-    user id; map it to a stable id of your own.
-    """
-    return _refuse(field, _user_id_problem(user), user)
-
-
-def validate_request_id(value: object, *, field: str = "request_id") -> str:
-    """Return ``value`` if it is a request id (1 to :data:`MAX_REQUEST_ID_LENGTH` characters,
-    no NUL, lone surrogate or control character), else raise :class:`NodeValidationError`."""
-    return _refuse(field, _request_id_problem(value), value)
-
-
-def validate_stored_text(value: object, *, field: str, max_length: int) -> str:
-    """Return ``value`` if a store can keep it (no NUL, no lone surrogate, at most ``max_length``
-    characters), else raise :class:`NodeValidationError` naming ``field``. The rule of a stored
-    node's ``created_by`` and ``request_id``."""
-    return _refuse(field, _text_problem(value, max_length=max_length, control=False), value)
-
-
-def validate_label(value: object, *, field: str = "on_behalf_of") -> str:
-    """Return ``value`` if it is an identity label (at most :data:`MAX_LABEL_LENGTH` characters,
-    no NUL, lone surrogate or control character), else raise :class:`NodeValidationError`."""
-    return _refuse(field, _label_problem(value), value)
-
-
-def validate_content(path: str, content: object) -> None:
-    """Refuse content a store cannot hold, naming where: nesting deeper than
-    :data:`MAX_CONTENT_DEPTH`, NUL characters or lone surrogates in a string or key, NaN or
-    infinite numbers, or a value that is not JSON. Raises
-    :class:`~rxmesh.exceptions.NodeValidationError` naming the node and the place."""
-    stack: list[tuple[object, str, int]] = [(content, "content", 0)]
-    while stack:
-        value, where, depth = stack.pop()
-        if depth > MAX_CONTENT_DEPTH:
-            raise NodeValidationError(
-                f"node '{path}': {where} is nested deeper than {MAX_CONTENT_DEPTH} levels",
-                path=path,
-            )
-        if isinstance(value, str):
-            problem = _storable_text(value)
-            if problem:
-                raise NodeValidationError(f"node '{path}': {where} {problem}", path=path)
-        elif isinstance(value, bool) or value is None or isinstance(value, int):
-            continue
-        elif isinstance(value, float):
-            if value != value or value in (float("inf"), float("-inf")):
-                raise NodeValidationError(
-                    f"node '{path}': {where} is {value!r}, which JSON cannot hold", path=path
-                )
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise NodeValidationError(
-                        f"node '{path}': {where} has a non-string key {key!r}", path=path
-                    )
-                problem = _storable_text(key)
-                if problem:
-                    raise NodeValidationError(
-                        f"node '{path}': a key in {where} {problem}", path=path
-                    )
-                stack.append((item, f"{where}.{key[:40]}", depth + 1))
-        elif isinstance(value, list | tuple):
-            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
-        else:
-            raise NodeValidationError(
-                f"node '{path}': {where} is a {type(value).__name__}, not JSON", path=path
-            )
 
 
 def _check_path(value: str) -> str:
