@@ -1,22 +1,49 @@
-"""Bridges between asyncio coroutines and reactivex observables.
+"""Bridges between asyncio and reactivex: rxmesh for programs that never touch reactivex.
 
-:func:`from_async` is lazy: every subscription starts a NEW coroutine (so a retry or a re-open
-really re-runs the work) and disposing the subscription cancels it. :func:`first_value` awaits the
-first item of an observable. Both run on the running asyncio loop.
+- :func:`iterate` — ``async for frame in iterate(mesh.live(query))``: errors raise at the
+  ``async for``, leaving the loop (or cancelling the task) disposes the subscription, and a slow
+  consumer never grows memory without bound (query frames coalesce into the latest state; other
+  items wait in a bounded buffer, then :class:`~rxmesh.exceptions.SlowConsumerError`).
+- :func:`reopen_on_transient_fault_async` and :func:`retry_transient_connect_async` — the ladder's
+  two rules for async iterators and async-generator functions (re-exported from
+  :mod:`rxmesh.operators`).
+- :func:`from_async` is lazy: every subscription starts a NEW coroutine (so a retry or a re-open
+  really re-runs the work) and disposing the subscription cancels it. :func:`first_value` awaits
+  the first item of an observable.
+
+All of them run on the running asyncio loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TypeVar, cast
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
+from typing import Any, Generic, TypeVar, cast
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
+from reactivex.disposable import Disposable, SerialDisposable
 
-__all__ = ["first_value", "from_async"]
+from rxmesh.exceptions import SlowConsumerError
+from rxmesh.model import FrameKind, MeshNode, QueryFrame
+from rxmesh.operators import reopen_on_transient_fault_async, retry_transient_connect_async
+
+__all__ = [
+    "DEFAULT_MAX_PENDING",
+    "ObservableIterator",
+    "first_value",
+    "from_async",
+    "iterate",
+    "reopen_on_transient_fault_async",
+    "retry_transient_connect_async",
+]
 
 T = TypeVar("T")
+
+DEFAULT_MAX_PENDING = 1024
+"""Items an ``async for`` may fall behind its stream before :class:`SlowConsumerError`."""
 
 
 def from_async(factory: Callable[[], Awaitable[T]]) -> Observable[T]:
@@ -100,3 +127,233 @@ async def first_value(source: Observable[T], *, timeout: float | None = None) ->
         return await asyncio.wait_for(future, timeout)
     finally:
         subscription.dispose()
+
+
+def iterate(
+    source: Observable[T], *, max_pending: int = DEFAULT_MAX_PENDING
+) -> ObservableIterator[T]:
+    """Iterate ``source`` with ``async for``; see :class:`ObservableIterator` for the rules.
+
+    Example:
+        >>> import reactivex
+        >>> async def main() -> list[int]:
+        ...     return [item async for item in iterate(reactivex.of(1, 2))]
+    """
+    if isinstance(max_pending, bool) or not isinstance(max_pending, int):
+        raise TypeError(f"max_pending must be an int, got {type(max_pending).__name__}")
+    if max_pending < 1:
+        raise ValueError(f"max_pending must be >= 1, got {max_pending}")
+    if not isinstance(source, abc.ObservableBase):
+        raise TypeError(f"source must be an observable, got {type(source).__name__}")
+    return ObservableIterator(source, max_pending)
+
+
+class ObservableIterator(AsyncIterator[T]):
+    """An observable as an async iterator: subscribed at the first ``__anext__``, on its loop.
+
+    - The source's error is raised at the ``async for`` (the same object), after the items that
+      arrived before it; completion ends the loop.
+    - Leaving the loop disposes the subscription: at once when the loop iterates ``iterate(...)``
+      directly (the iterator is dropped), else at ``aclose()``/``close()`` or the end of an
+      ``async with`` block. A cancelled (or failed) ``__anext__`` disposes it too, so cancelling
+      the task that iterates ends the subscription.
+    - A slow consumer: a :class:`~rxmesh.model.QueryFrame` that arrives while another frame waits
+      is coalesced into it (an Initial replaces what waits; a Delta is folded into the waiting
+      Initial, or merged with the waiting Delta: latest node per path, removals kept), so at most
+      one frame of at most the query's size waits, the latest state. Other items wait in a FIFO
+      of ``max_pending``; one more disposes the subscription there and, once the waiting items
+      are delivered, the ``async for`` raises :class:`~rxmesh.exceptions.SlowConsumerError`.
+    - Items pushed from another thread are handed to the loop (``call_soon_threadsafe``).
+    """
+
+    __slots__ = ("_channel", "_max_pending", "_source", "_subscription")
+
+    def __init__(self, source: Observable[T], max_pending: int) -> None:
+        self._source = source
+        self._max_pending = max_pending
+        self._channel: _Channel[T] | None = None
+        self._subscription = SerialDisposable()
+
+    def __aiter__(self) -> ObservableIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        channel = self._channel
+        if channel is None:
+            if self._subscription.is_disposed:
+                raise StopAsyncIteration
+            channel = self._channel = _Channel(self._max_pending, self._subscription)
+            self._subscription.disposable = self._source.subscribe(
+                channel.on_next, channel.on_error, channel.on_completed
+            )
+        try:
+            return await channel.take()
+        except BaseException:  # the end, an error or a cancellation: re-raised after disposal
+            self.close()
+            raise
+
+    @property
+    def pending(self) -> int:
+        """Items received and not yet taken (a waiting coalesced frame counts as one)."""
+        return 0 if self._channel is None else len(self._channel.items)
+
+    def close(self) -> None:
+        """Dispose the subscription; the next ``__anext__`` ends the loop. Idempotent."""
+        self._subscription.dispose()
+        if self._channel is not None:
+            self._channel.finish(None)
+
+    async def aclose(self) -> None:
+        """:meth:`close`, awaitable (as ``contextlib.aclosing`` expects)."""
+        self.close()
+
+    async def __aenter__(self) -> ObservableIterator[T]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        subscription = getattr(self, "_subscription", None)
+        if subscription is not None:
+            subscription.dispose()
+
+
+class _Channel(Generic[T]):
+    """What the subscription feeds; it holds no reference to the iterator, so dropping the
+    iterator disposes the subscription even while the source still holds this channel."""
+
+    __slots__ = (
+        "error",
+        "finished",
+        "items",
+        "loop",
+        "max_pending",
+        "subscription",
+        "thread",
+        "waiter",
+    )
+
+    def __init__(self, max_pending: int, subscription: SerialDisposable) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.thread = threading.get_ident()
+        self.items: deque[Any] = deque()
+        self.max_pending = max_pending
+        self.subscription = subscription
+        self.error: Exception | None = None
+        self.finished = False
+        self.waiter: asyncio.Future[None] | None = None
+
+    def on_next(self, item: T) -> None:
+        self._on_loop(self._push, item)
+
+    def on_error(self, error: Exception) -> None:
+        self._on_loop(self.finish, error)
+
+    def on_completed(self) -> None:
+        self._on_loop(self.finish, None)
+
+    def _on_loop(self, handler: Callable[[Any], None], value: Any) -> None:
+        if threading.get_ident() == self.thread:
+            handler(value)
+        else:
+            self.loop.call_soon_threadsafe(handler, value)
+
+    def _push(self, item: T) -> None:
+        if self.finished:
+            return
+        items = self.items
+        if isinstance(item, QueryFrame) and items and isinstance(items[-1], QueryFrame | _Frames):
+            last = items[-1]
+            if isinstance(last, QueryFrame):
+                last = items[-1] = _Frames(last)
+            last.add(item)
+        elif len(items) >= self.max_pending:
+            self.subscription.dispose()
+            self.finish(
+                SlowConsumerError(
+                    f"the consumer fell {self.max_pending} items behind its stream; "
+                    "the subscription was disposed"
+                )
+            )
+            return
+        else:
+            items.append(item)
+        self._wake()
+
+    def finish(self, error: Exception | None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> T:
+        while not self.items:
+            if self.finished:
+                error, self.error = self.error, None
+                if error is not None:
+                    raise error
+                raise StopAsyncIteration
+            self.waiter = self.loop.create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        item = self.items.popleft()
+        return cast(T, item.frame() if isinstance(item, _Frames) else item)
+
+
+class _Frames:
+    """Frames that arrived while the consumer was busy, folded into one: O(change) per frame."""
+
+    __slots__ = ("incomplete", "kind", "nodes", "provider", "removed", "silent")
+
+    def __init__(self, frame: QueryFrame) -> None:
+        self.kind = frame.kind
+        self.nodes: dict[str, MeshNode] = {node.path: node for node in frame.nodes}
+        self.removed: dict[str, None] = dict.fromkeys(frame.removed)
+        self.silent: dict[str, None] = dict.fromkeys(frame.silent_providers)
+        self.incomplete = frame.snapshot_incomplete
+        self.provider = frame.provider
+
+    def add(self, frame: QueryFrame) -> None:
+        if frame.kind is FrameKind.INITIAL:
+            self.__init__(frame)  # type: ignore[misc]  # a snapshot supersedes what waits
+            return
+        delta = self.kind is FrameKind.DELTA
+        for path in frame.removed:
+            self.nodes.pop(path, None)
+            if delta:
+                self.removed[path] = None
+        for node in frame.nodes:
+            self.nodes[node.path] = node
+            self.removed.pop(node.path, None)
+        if delta:
+            self.silent.update(dict.fromkeys(frame.silent_providers))
+            if frame.provider != self.provider:
+                self.provider = None
+
+    def frame(self) -> QueryFrame:
+        if self.kind is FrameKind.INITIAL:
+            nodes = tuple(self.nodes[path] for path in sorted(self.nodes))
+        else:
+            nodes = tuple(self.nodes.values())
+        return QueryFrame(
+            kind=self.kind,
+            nodes=nodes,
+            removed=tuple(self.removed),
+            silent_providers=tuple(self.silent),
+            snapshot_incomplete=self.incomplete,
+            provider=self.provider,
+        )

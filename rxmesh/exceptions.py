@@ -19,6 +19,7 @@ PermissionError`` catches a missing grant)::
     ├── JournalError                      the pending-write journal cannot be used or written
     ├── PendingWriteHeldError             another requester's intent for that path is outstanding
     ├── MeshDisposedError                 the mesh was disposed by its owner
+    ├── SlowConsumerError                 an ``async for`` fell max_pending items behind its stream
     └── NodeOperationError                UNKNOWN; base of the verbs' errors
         ├── StoreUnavailableError         UNAVAILABLE: not evaluated, nothing written
         ├── NodeExistsError               NODE_ALREADY_EXISTS
@@ -53,6 +54,7 @@ __all__ = [
     "PendingWriteHeldError",
     "QueryProviderStalledError",
     "RxMeshError",
+    "SlowConsumerError",
     "StoreConflictError",
     "StoreError",
     "StorePoolExhaustedError",
@@ -253,6 +255,12 @@ class PendingWriteHeldError(RxMeshError):
 
 class MeshDisposedError(RxMeshError):
     """The mesh was disposed by its owner; nothing more will be answered."""
+
+
+class SlowConsumerError(RxMeshError):
+    """An ``async for`` over a stream (:func:`rxmesh.aio.iterate`) fell ``max_pending`` items
+    behind it; the subscription was disposed then, and the items already pending were delivered
+    before this was raised. Query frames never cause it: they are coalesced."""
 
 
 class NodeOperationError(RxMeshError):

@@ -8,14 +8,21 @@
   watch that calls its factory again after a transient fault, waiting
   :data:`DEFAULT_REOPEN_BACKOFF` (2, 5, 15, 30, 60 s) for at most
   :data:`DEFAULT_MAX_CONSECUTIVE_REOPENS` (5) re-opens in a row without an emission.
+- :func:`retry_transient_connect_async` and :func:`reopen_on_transient_fault_async` — the same two
+  rules for async iterators, as decorators on an async-generator function (``async for`` instead
+  of ``subscribe``), driving the very same ladder definitions: same defaults, classifiers, hooks,
+  "only before the first item" and "an item resets the budget"; nothing yielded is yielded twice.
 
-Both take ``scheduler=``; without one they use the subscription's scheduler, else the running
-asyncio loop, never a thread timer inside an asyncio application. Bad arguments are refused when
-the operator is built (``TypeError``/``ValueError`` naming the argument), not at subscribe time.
+All take ``scheduler=``; without one the operators use the subscription's scheduler, else the
+running asyncio loop, never a thread timer inside an asyncio application (the async drivers:
+``asyncio.sleep``). Bad arguments are refused when the operator is built (``TypeError``/
+``ValueError`` naming the argument), not at subscribe time.
 """
 
 from __future__ import annotations
 
+from rxmesh.operators._aio_reopen_on_transient_fault import reopen_on_transient_fault_async
+from rxmesh.operators._aio_retry_transient_connect import retry_transient_connect_async
 from rxmesh.operators._fan_in import DEFAULT_INITIAL_BUDGET, fan_in
 from rxmesh.operators._reopen_on_transient_fault import (
     DEFAULT_MAX_CONSECUTIVE_REOPENS,
@@ -34,5 +41,7 @@ __all__ = [
     "DEFAULT_RETRY_DELAYS",
     "fan_in",
     "reopen_on_transient_fault",
+    "reopen_on_transient_fault_async",
     "retry_transient_connect",
+    "retry_transient_connect_async",
 ]
