@@ -6,12 +6,13 @@ became of it, the rows the store holds at the end, the evidence and the counters
 proven on hand-made accountings: one that loses a write, duplicates one or overwrites one.
 
 Example:
-    >>> from rxmesh.model import MeshNode
+    A write that was journaled and re-issued LANDED, but has no row, is judged lost:
+
     >>> from rxmesh.operations import Verdict
     >>> lost = RequestAccount("p/a", "r1", "outage", 1, "UNAVAILABLE", True, (Verdict.LANDED,))
     >>> found = check_invariants(DrillAccounting(requests=(lost,), rows=()))
-    >>> [inv.name for inv in found if not inv.ok][:1]
-    ['every request accounted for (a row with its own request id, or a verdict)']
+    >>> [inv.detail for inv in found if not inv.ok and "accounted for" in inv.name]
+    ['1 requests, 0 rows (with the partition root); unaccounted: p/a (UNAVAILABLE, no row)']
 """
 
 from __future__ import annotations
