@@ -1,0 +1,172 @@
+"""Live queries of the PostgreSQL store at scale (issue 16): a batch of notifications is one
+Delta, a gap costs one re-select per query for every subscription of the store, and rows read
+back from the store's own tables are built without re-validation, except where a row could be
+foreign or corrupt."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+from pydantic import ValidationError
+
+from rxmesh.aio import first_value
+from rxmesh.model import ChangeFeedGap, FrameKind, MeshNode, NodeQuery, QueryFrame
+from rxmesh.providers.postgres import PostgresStore
+from tests.postgres.kinds import started
+from tests.providers.conftest import Recorder
+
+pytestmark = pytest.mark.postgres
+
+WAIT = 10.0
+
+
+async def _until(predicate: object, timeout: float = WAIT) -> None:
+    """Poll a real server's state (bounded); never a bare sleep for a fixed time."""
+    assert callable(predicate)
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110 - a real server's state, bounded above
+            await asyncio.sleep(0.005)
+
+
+async def _sql(dsn: str, statement: str, *args: object) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(statement, *args)
+    finally:
+        await conn.close()
+
+
+async def _frames_until(frames: Recorder[QueryFrame], paths: set[str]) -> list[QueryFrame]:
+    """Every frame until all of ``paths`` have been delivered (bounded)."""
+    seen: set[str] = set()
+    got: list[QueryFrame] = []
+    async with asyncio.timeout(WAIT):
+        while not paths <= seen:
+            frame = await frames.next()
+            got.append(frame)
+            seen.update(node.path for node in frame.nodes)
+    return got
+
+
+async def test_a_1000_row_bulk_reaches_a_live_query_as_a_handful_of_deltas(
+    pg_dsn: str, prefix: str
+) -> None:
+    """Regression (issue 16): before, every changed row was its own Delta (1000 frames here)."""
+    async with started(pg_dsn, prefix) as store:
+        await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
+        try:
+            assert (await frames.next()).kind is FrameKind.INITIAL
+            bulk = [MeshNode(path=f"p/n{i:04d}", version=1) for i in range(1000)]
+            await first_value(store.write_many(bulk, window=1000).pipe(), timeout=WAIT)
+
+            deltas = await _frames_until(frames, {node.path for node in bulk})
+
+            assert sum(len(frame.nodes) for frame in deltas) == 1000  # every row, once
+            assert len(deltas) <= 10  # one per notification batch, not one per row
+        finally:
+            frames.dispose()
+
+
+async def test_changes_that_do_not_arrive_together_stay_separate_deltas(
+    pg_dsn: str, prefix: str
+) -> None:
+    """The negative control: coalescing only merges what is queued together; nothing waits."""
+    async with started(pg_dsn, prefix) as store:
+        frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
+        try:
+            assert (await frames.next()).kind is FrameKind.INITIAL
+            for path in ("p/a", "p/b"):
+                await first_value(store.write(MeshNode(path=path, version=1)), timeout=WAIT)
+                delta = await frames.next()
+                assert [node.path for node in delta.nodes] == [path]
+        finally:
+            frames.dispose()
+
+
+async def _gap(store: PostgresStore, dsn: str, gaps: Recorder[ChangeFeedGap], missed: str) -> None:
+    """Terminate the listener, insert ``missed`` while it is away, wait for the gap."""
+    pid = store.feed_backend_pid
+    assert pid is not None
+    await _sql(dsn, "SELECT pg_terminate_backend($1)", pid)
+    await _until(lambda: store.feed_backend_pid != pid)
+    await _sql(
+        dsn,
+        f'INSERT INTO "{store.schema_of("p")}".nodes (path, version) VALUES ($1, 1)',
+        missed,
+    )
+    await gaps.next()
+
+
+async def test_subscriptions_of_one_store_share_one_re_select_per_query_at_a_gap(
+    pg_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (issue 16): before, every subscription re-selected on its own (3 here)."""
+    async with started(pg_dsn, prefix, reconnect_backoff=(0.2,)) as store:
+        await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        selects: list[NodeQuery] = []
+        select = store._select
+
+        async def counting(query: NodeQuery) -> list[MeshNode]:
+            selects.append(query)
+            return await select(query)
+
+        monkeypatch.setattr(store, "_select", counting)
+        same, other = NodeQuery(partition="p"), NodeQuery(partition="p", node_type=None)
+        assert same == other  # equal queries are the same query
+        distinct = NodeQuery(path_prefix="p")
+        gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
+        recorders = [Recorder(store.query(q)) for q in (same, same, other, distinct)]
+        try:
+            for frames in recorders:
+                assert (await frames.next()).kind is FrameKind.INITIAL
+            selects.clear()
+
+            await _gap(store, pg_dsn, gaps, "p/missed")
+
+            for frames in recorders:  # every subscription still sees the missed row
+                delta = await frames.next()
+                assert [node.path for node in delta.nodes] == ["p/missed"]
+            # One re-select for the three equal subscriptions, one for the distinct query (the
+            # negative control: distinct queries are never shared).
+            assert sorted(map(repr, selects)) == sorted(map(repr, [same, distinct]))
+        finally:
+            for recorder in (gaps, *recorders):
+                recorder.dispose()
+
+
+async def test_rows_of_the_stores_own_tables_are_built_equal_to_validated_ones(
+    pg_dsn: str, prefix: str
+) -> None:
+    async with started(pg_dsn, prefix) as store:
+        node = MeshNode(
+            path="p/a", node_type="Note", content={"k": [1, "x", None]}, version=3, request_id="r"
+        )
+        await first_value(store.write(node), timeout=WAIT)
+        frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
+        try:
+            (trusted,) = (await frames.next()).nodes
+            validated = await store.aread("p/a")  # point reads always validate
+            assert validated is not None
+            assert trusted == validated
+            assert trusted.model_dump() == validated.model_dump()
+            assert trusted.model_fields_set == validated.model_fields_set
+            assert trusted.partition == "p"
+        finally:
+            frames.dispose()
+
+
+async def test_a_corrupt_row_in_the_stores_table_is_still_refused(pg_dsn: str, prefix: str) -> None:
+    """The check is kept where a row could be foreign: a row whose path is not in its table's
+    partition goes through full validation, which refuses an invalid one."""
+    async with started(pg_dsn, prefix) as store:
+        await first_value(store.write(MeshNode(path="p/a", version=1)), timeout=WAIT)
+        await _sql(
+            pg_dsn,
+            f'INSERT INTO "{store.schema_of("p")}".nodes (path, version) VALUES ($1, 1)',
+            "not a valid path",
+        )
+        with pytest.raises(ValidationError):
+            await first_value(store.query(NodeQuery(partition="p")), timeout=WAIT)
