@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import uuid
 from enum import StrEnum
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,6 +35,7 @@ __all__ = [
     "DeleteNodeRequest",
     "MoveNodeRequest",
     "NodeOperationResponse",
+    "NodeResponse",
     "RejectionReason",
     "UpdateNodeRequest",
     "Verdict",
@@ -69,6 +71,25 @@ class Verdict(StrEnum):
     """The re-issue was refused again, for any reason; it is not retried."""
 
 
+class NodeResponse(BaseModel):
+    """What every node operation's answer shares: its request's id and whether it succeeded.
+
+    A failure answer is built in one way for every verb, :meth:`fail`, by the mesh's terminal
+    arm; each verb's response adds its own fields after these two.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: str
+    success: bool
+
+    @classmethod
+    def fail(cls, request_id: str, reason: RejectionReason, error: str, **fields: Any) -> Self:
+        """A failure answer with its reason and text (and the verb's own ``fields``)."""
+        values: dict[str, Any] = {"rejection_reason": reason, "error": error, **fields}
+        return cls(request_id=request_id, success=False, **values)
+
+
 class CreateNodeRequest(BaseModel):
     """Create one node.
 
@@ -90,7 +111,7 @@ class CreateNodeRequest(BaseModel):
     reissued_after_unavailable: bool = False
 
 
-class CreateNodeResponse(BaseModel):
+class CreateNodeResponse(NodeResponse):
     """The one answer to a :class:`CreateNodeRequest`.
 
     ``outcome_unknown`` is set on an UNAVAILABLE answer whose write had left this process before
@@ -104,10 +125,6 @@ class CreateNodeResponse(BaseModel):
     requester's create of the path is pending, or this is a re-issue already).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    request_id: str
-    success: bool
     node: MeshNode | None = None
     rejection_reason: RejectionReason | None = None
     error: str | None = None
@@ -118,11 +135,6 @@ class CreateNodeResponse(BaseModel):
     def created(cls, request_id: str, node: MeshNode) -> CreateNodeResponse:
         """A success answer carrying the stored node."""
         return cls(request_id=request_id, success=True, node=node)
-
-    @classmethod
-    def fail(cls, request_id: str, reason: RejectionReason, error: str) -> CreateNodeResponse:
-        """A failure answer with its reason and text."""
-        return cls(request_id=request_id, success=False, rejection_reason=reason, error=error)
 
 
 class CreateNodesRequest(BaseModel):
@@ -137,7 +149,7 @@ class CreateNodesRequest(BaseModel):
     reissued_after_unavailable: bool = False
 
 
-class CreateNodesResponse(BaseModel):
+class CreateNodesResponse(NodeResponse):
     """The one answer to a :class:`CreateNodesRequest`.
 
     ``created`` lists what this request wrote; ``already_present`` the paths that existed before
@@ -149,10 +161,6 @@ class CreateNodesResponse(BaseModel):
     counts and why).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    request_id: str
-    success: bool
     created: tuple[MeshNode, ...] = ()
     already_present: tuple[str, ...] = ()
     not_created: tuple[MeshNode, ...] = ()
@@ -193,13 +201,9 @@ class MoveNodeRequest(BaseModel):
     request_id: RequestId = Field(default_factory=new_request_id)
 
 
-class NodeOperationResponse(BaseModel):
+class NodeOperationResponse(NodeResponse):
     """The one answer to an update, delete or move."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    request_id: str
-    success: bool
     node: MeshNode | None = None
     rejection_reason: RejectionReason | None = None
     error: str | None = None

@@ -31,6 +31,7 @@ from rxmesh.exceptions import (
 )
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.mesh import PartitionFacts
+from rxmesh.mesh._bootstrap import Partitions
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
 from rxmesh.testing._fault_store import connect_timeout_error, unreachable_error
@@ -172,22 +173,28 @@ async def test_an_unreadable_existing_partition_root_does_not_trigger_a_false_he
     assert store.writes_attempted("acme/child") == []
 
 
-class _SwallowingMesh(Mesh):
+def _swallow_fact_read_faults(monkeypatch: pytest.MonkeyPatch) -> None:
     """The defect the bootstrap test exists for: a read helper that turns a fault into None."""
+    original = Partitions.facts
 
-    async def _facts(
-        self, partition: str, user: str, *also: str
+    async def facts(
+        self: Partitions, partition: str, user: str, *also: str
     ) -> tuple[PartitionFacts, dict[str, MeshNode]]:
         try:
-            return await super()._facts(partition, user, *also)
+            return await original(self, partition, user, *also)
         except Exception:  # the defect under test
             return PartitionFacts(partition, None, None, None), {}
 
+    monkeypatch.setattr(Partitions, "facts", facts)
 
-async def test_negative_control_a_swallowing_bootstrap_is_caught_by_the_same_test() -> None:
+
+async def test_negative_control_a_swallowing_bootstrap_is_caught_by_the_same_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _swallow_fact_read_faults(monkeypatch)
     inner = InMemoryStore()
     store = FaultInjectingStore(inner)
-    mesh = _SwallowingMesh(store, retry_delays=FAST)
+    mesh = Mesh(store, retry_delays=FAST)
     assert (await ask(mesh, CreateNodeRequest(node=node("acme/seed"), access=ALICE))).success
     store.clear_log()
     store.fault_next_read("acme", lambda: connect_timeout_error("memory"), times=4)

@@ -4,9 +4,9 @@ invariant of the machine fails when the product breaks it.
 
 Four of them put back, at run time, the four defects of issue 20 (``bug1`` ... ``bug4``), by
 undoing the fix of commit c122163 in place. They name private methods of that fix
-(``Mesh._authorise``, ``Mesh._settle_by_answer``, ``PendingWriteRecovery._on_settled``,
-``_BulkState.earlier``): if those are renamed, ``monkeypatch.setattr`` fails loudly, and the
-mutant must be re-aimed, not dropped.
+(``Partitions.authorise``, ``PendingWrites.settle_by_answer``,
+``PendingWriteRecovery._on_settled``, ``_BulkState.earlier``): if those are renamed,
+``monkeypatch.setattr`` fails loudly, and the mutant must be re-aimed, not dropped.
 """
 
 from __future__ import annotations
@@ -24,8 +24,11 @@ from rxmesh import AccessContext, Mesh, MeshNode, faults
 from rxmesh.exceptions import NodeAccessDeniedError, NodeValidationError
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome, PendingWriteRecovery
 from rxmesh.mesh import _arms
-from rxmesh.mesh import _mesh as mesh_module
+from rxmesh.mesh import _bulk as bulk_module
 from rxmesh.mesh._access import GrantPolicy, PartitionFacts, grant_path
+from rxmesh.mesh._answer import immediate
+from rxmesh.mesh._bootstrap import Partitions
+from rxmesh.mesh._pending import PendingWrites
 from rxmesh.model import ChangeFeedGap, partition_of
 from rxmesh.operations import (
     CreateNodeRequest,
@@ -88,12 +91,12 @@ def _anyone_deletes(mp: pytest.MonkeyPatch) -> None:
 def _bug1(mp: pytest.MonkeyPatch) -> None:
     """Issue 20, bug 1: a partition seen new authorises a delete/update/move (the check that
     answers 'no node' from that snapshot is skipped)."""
-    original = Mesh._authorise
+    original = Partitions.authorise
 
-    async def _authorise(self: Mesh, *args: Any, absent: str | None = None, **kw: Any) -> Any:
+    async def _authorise(self: Partitions, *args: Any, absent: str | None = None, **kw: Any) -> Any:
         return await original(self, *args, absent=None, **kw)
 
-    mp.setattr(Mesh, "_authorise", _authorise)
+    mp.setattr(Partitions, "authorise", _authorise)
 
 
 def _reissue_says_exists(mp: pytest.MonkeyPatch) -> None:
@@ -103,7 +106,7 @@ def _reissue_says_exists(mp: pytest.MonkeyPatch) -> None:
     def create_node(self: Mesh, request: Any) -> Observable[CreateNodeResponse]:
         if isinstance(request, CreateNodeRequest) and not request.reissued_after_unavailable:
             if request.request_id in seen:
-                return self._immediate(
+                return immediate(
                     CreateNodeResponse.fail(
                         request.request_id, RejectionReason.NODE_ALREADY_EXISTS, "exists"
                     )
@@ -150,7 +153,7 @@ def _bug2(mp: pytest.MonkeyPatch) -> None:
     """Issue 20, bug 2: a verbatim bulk re-issue counts the rows of its earlier attempt as this
     attempt's landing, so any refusal after them is a 'partial landing' (UNKNOWN)."""
 
-    class _EarlierIsLanded(mesh_module._BulkState):
+    class _EarlierIsLanded(bulk_module._BulkState):
         @property
         def earlier(self) -> dict[str, MeshNode]:
             return self.landed
@@ -159,7 +162,7 @@ def _bug2(mp: pytest.MonkeyPatch) -> None:
         def earlier(self, value: dict[str, MeshNode]) -> None:
             pass
 
-    mp.setattr(mesh_module, "_BulkState", _EarlierIsLanded)
+    mp.setattr(bulk_module, "_BulkState", _EarlierIsLanded)
 
 
 def _two_rows(mp: pytest.MonkeyPatch) -> None:
@@ -186,26 +189,26 @@ def _two_rows(mp: pytest.MonkeyPatch) -> None:
 
 
 def _deletes_then_refuses(mp: pytest.MonkeyPatch) -> None:
-    original = Mesh._authorise
+    original = Partitions.authorise
 
     async def _authorise(
-        self: Mesh, partition: str, access: Any, verb: str, *, creating: str | None, **kw: Any
+        self: Partitions, partition: str, access: Any, verb: str, *, creating: str | None, **kw: Any
     ) -> Any:
         try:
             return await original(self, partition, access, verb, creating=creating, **kw)
         except NodeAccessDeniedError:
             if verb == "delete" and creating is not None:
-                await self._ask("delete", creating)
+                await self._core.ask("delete", creating)
             raise
 
-    mp.setattr(Mesh, "_authorise", _authorise)
+    mp.setattr(Partitions, "authorise", _authorise)
 
 
 def _grants_itself(mp: pytest.MonkeyPatch) -> None:
-    original = Mesh._authorise
+    original = Partitions.authorise
 
     async def _authorise(
-        self: Mesh, partition: str, access: AccessContext, verb: str, **kw: Any
+        self: Partitions, partition: str, access: AccessContext, verb: str, **kw: Any
     ) -> Any:
         try:
             return await original(self, partition, access, verb, **kw)
@@ -216,10 +219,10 @@ def _grants_itself(mp: pytest.MonkeyPatch) -> None:
                     node_type="Grant",
                     content={"permissions": ["*"]},
                 )
-                await self._write_system(grant, [])
+                await self.write_system(grant, [])
             raise
 
-    mp.setattr(Mesh, "_authorise", _authorise)
+    mp.setattr(Partitions, "authorise", _authorise)
 
 
 def _bug3(mp: pytest.MonkeyPatch) -> None:
@@ -230,21 +233,21 @@ def _bug3(mp: pytest.MonkeyPatch) -> None:
     telling the answer what it wrote.
     """
     original = faults.describe_not_attempted
-    authorise = Mesh._authorise
+    authorise = Partitions.authorise
 
     def describe_not_attempted(operation: str, *, written: Any = ()) -> str:
         return original(operation)
 
     async def _authorise(
-        self: Mesh, partition: str, access: Any, verb: str, *, creating: str | None, **kw: Any
+        self: Partitions, partition: str, access: Any, verb: str, *, creating: str | None, **kw: Any
     ) -> Any:
         facts = await authorise(self, partition, access, verb, creating=creating, **kw)
         if verb == "create" and creating is None:  # a bulk's partition: heal it right away
-            facts = await self._heal(facts, access, verb, creating=None, heals=[])
+            facts = await self.heal(facts, access, verb, creating=None, heals=[])
         return facts
 
     mp.setattr(_arms, "describe_not_attempted", describe_not_attempted)
-    mp.setattr(Mesh, "_authorise", _authorise)
+    mp.setattr(Partitions, "authorise", _authorise)
 
 
 def _verdict_twice(mp: pytest.MonkeyPatch) -> None:
@@ -260,7 +263,7 @@ def _verdict_twice(mp: pytest.MonkeyPatch) -> None:
 def _bug4(mp: pytest.MonkeyPatch) -> None:
     """Issue 20, bug 4: the caller's own answered re-issue does not settle the intent, so the
     ledger's re-issue later creates again a node the caller deleted."""
-    mp.setattr(Mesh, "_settle_by_answer", lambda self, req, path, response: None)
+    mp.setattr(PendingWrites, "settle_by_answer", lambda self, req, path, response: None)
     mp.setattr(PendingWriteRecovery, "_on_settled", lambda self, outcome: None)
 
 
@@ -275,17 +278,17 @@ def _gaps_ignored(mp: pytest.MonkeyPatch) -> None:
 
 
 def _facts_swallowed(mp: pytest.MonkeyPatch) -> None:
-    original = Mesh._facts
+    original = Partitions.facts
 
     async def _facts(
-        self: Mesh, partition: str, user: str, *also: str
+        self: Partitions, partition: str, user: str, *also: str
     ) -> tuple[PartitionFacts, dict[str, MeshNode]]:
         try:
             return await original(self, partition, user, *also)
         except Exception:  # the mutant: a failed read taken for an absent record
             return PartitionFacts(partition, None, None, None), {}
 
-    mp.setattr(Mesh, "_facts", _facts)
+    mp.setattr(Partitions, "facts", _facts)
 
 
 MUTANTS = (

@@ -1,0 +1,180 @@
+"""Answer exactly once: the attempt protocol, and the ONE terminal arm every node operation
+ends in.
+
+An attempt is built fresh per subscription (its own facts: what it healed, which writes failed,
+whether a multi-window write had started) and is ``(run, on_fault, backstop)``:
+
+- ``run`` does the work and returns the success answer;
+- ``on_fault`` hands the fault and the attempt's facts to :class:`TerminalArm`, which classifies
+  (:func:`rxmesh.mesh._arms.judge`: the log line), words the answer, records the intent when the
+  store was away, builds the response with :meth:`~rxmesh.operations.NodeResponse.fail` and
+  settles an outstanding intent the answer keeps — in one pass, in one place;
+- ``backstop`` answers a run that completed without an answer (a defect, never silence).
+
+:func:`answer_once` drives an attempt for an observable caller, :func:`answer_now` for an
+in-process ``await``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
+
+from rxmesh.aio import from_async
+from rxmesh.faults import describe_may_have_partially_landed, is_write_outcome_unknown
+from rxmesh.mesh._arms import Judgement, judge
+from rxmesh.mesh._core import MeshCore
+from rxmesh.operations import NodeResponse, RejectionReason
+
+__all__ = ["Attempt", "AttemptFacts", "TerminalArm", "answer_now", "answer_once", "immediate"]
+
+R = TypeVar("R", bound=NodeResponse)
+
+Attempt = tuple[Callable[[], Awaitable[R]], Callable[[BaseException], R], Callable[[], R]]
+"""One subscription's work: ``(run, on_fault, backstop)``, built fresh per subscription."""
+
+Recording = Callable[[], tuple[str, dict[str, Any]]]
+"""Records an unreachable attempt's intent(s); returns the answer's note and response fields."""
+
+
+@dataclass
+class AttemptFacts:
+    """What one attempt learned on its way, for the terminal arm.
+
+    ``heals``: the system records it wrote (an UNAVAILABLE answer names them instead of "Nothing
+    was written"). ``write_failures``: its single writes that failed (may one have committed?).
+    ``write_started``: a multi-window write had begun, so windows may have committed.
+    """
+
+    operation: str
+    doing: str
+    path: str
+    request_id: str
+    heals: list[str] = field(default_factory=list)
+    write_failures: list[Exception] = field(default_factory=list)
+    write_started: bool = False
+
+    @property
+    def may_have_landed(self) -> bool:
+        """Whether a write of this attempt may be durable although no answer said so."""
+        return self.write_started or any(map(is_write_outcome_unknown, self.write_failures))
+
+
+class TerminalArm:
+    """Classify and ANSWER, never retry: the one place a failed attempt becomes its answer."""
+
+    def __init__(self, core: MeshCore) -> None:
+        self._core = core
+
+    def judge(self, exc: BaseException, facts: AttemptFacts) -> Judgement:
+        """Classify ``exc`` for ``facts``' operation and log the one line it deserves."""
+        return judge(
+            exc,
+            operation=facts.operation,
+            doing=facts.doing,
+            path=facts.path,
+            store=self._core.store.name,
+            written=facts.heals,
+        )
+
+    def answer(
+        self,
+        kind: type[R],
+        exc: BaseException,
+        facts: AttemptFacts,
+        *,
+        record: Recording | None = None,
+        settle: Callable[[R], None] | None = None,
+        verdict: Judgement | None = None,
+        **fields: Any,
+    ) -> R:
+        """The failure answer of ``kind`` for ``exc``.
+
+        When the store was away: the may-have-landed text (and ``outcome_unknown``, where the
+        response has it) if a write may have committed; then ``record`` journals the intent and
+        its note joins the text. A judged refusal keeps an outstanding intent's promise
+        (``settle``). ``verdict``: the judgement, when the caller already made it.
+        """
+        verdict = verdict if verdict is not None else self.judge(exc, facts)
+        error = verdict.error
+        if verdict.unreachable and facts.may_have_landed:
+            error = verdict.annotate(describe_may_have_partially_landed(facts.operation))
+            if "outcome_unknown" in kind.model_fields:
+                fields["outcome_unknown"] = True
+        if verdict.unreachable and record is not None:
+            note, recorded = record()
+            error += note
+            fields.update(recorded)
+        response = kind.fail(facts.request_id, verdict.reason, error, **fields)
+        if verdict.judged and settle is not None:
+            settle(response)
+        return response
+
+    def backstop(self, kind: type[R], facts: AttemptFacts) -> R:
+        """The answer of a run that completed without one: a defect, answered UNKNOWN."""
+        return kind.fail(
+            facts.request_id,
+            RejectionReason.UNKNOWN,
+            f"{facts.operation} completed without an answer",
+        )
+
+
+def answer_once(attempt: Callable[[], Attempt[R]]) -> Observable[R]:
+    """Per subscription, build a fresh attempt (its own state) and run it; answer exactly one
+    item, classified on any fault; disposing cancels the run."""
+
+    def subscribe(
+        observer: abc.ObserverBase[R], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        run, on_fault, backstop = attempt()
+        answered = False
+
+        def answer(response: R) -> None:
+            nonlocal answered
+            if answered:
+                return
+            answered = True
+            observer.on_next(response)
+            observer.on_completed()
+
+        def on_error(exc: Exception) -> None:
+            answer(on_fault(exc))
+
+        def on_completed() -> None:
+            if not answered:
+                answer(backstop())
+
+        subscription = from_async(run).subscribe(answer, on_error, on_completed)
+        return Disposable(subscription.dispose)
+
+    return Observable(subscribe)
+
+
+async def answer_now(attempt: Callable[[], Attempt[R]]) -> R:
+    """:func:`answer_once` for an in-process caller: the attempt awaited directly, with the same
+    classification (a cancellation from inside is answered; the caller's own cancellation
+    propagates: nobody is left to answer)."""
+    run, on_fault, _ = attempt()
+    try:
+        return await run()
+    except asyncio.CancelledError as cancelled:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+        return on_fault(cancelled)
+    except Exception as exc:  # noqa: BLE001 - classified and answered, never dropped
+        return on_fault(exc)
+
+
+def immediate(response: R) -> Observable[R]:
+    """An answer known before any store call (a refused request), with the same protocol."""
+
+    async def run() -> R:
+        return response
+
+    return answer_once(lambda: (run, lambda exc: response, lambda: response))

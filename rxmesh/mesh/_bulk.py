@@ -1,0 +1,294 @@
+"""The bulk create, in its phases (SPEC §3).
+
+0. Store-free: a path twice, or an entry that fails the path/content presence checks, refuses
+   the batch naming the first offender.
+1. One batched existence read: existing paths skipped and reported (``already_present``); rows of
+   this very request (a verbatim re-issue) answered created, never as this attempt's landing.
+2. Every partition's facts read and judged before any is healed.
+3. The content rules (no store) — a bad batch heals no partition, but a permission refusal
+   outranks them in the answer.
+4. The write in windows, each its own transaction; rows skipped by ON CONFLICT are read back
+   (ours: an ambiguous commit; else already present).
+
+A fault once a write had started is answered after ONE probe of what landed (never retried): a
+partial landing is reported as such before the store-unreachable branch; the nodes not created
+are recorded for one re-issue when the store was away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from loguru import logger
+from reactivex import Observable
+
+from rxmesh.exceptions import InvalidPathError, NodeValidationError
+from rxmesh.faults import describe_may_have_partially_landed, is_store_unreachable
+from rxmesh.mesh._answer import Attempt, AttemptFacts, TerminalArm
+from rxmesh.mesh._arms import annotate, unreachable_note
+from rxmesh.mesh._bootstrap import Partitions
+from rxmesh.mesh._core import MeshCore, now
+from rxmesh.mesh._pending import PendingWrites
+from rxmesh.model import AccessContext, MeshNode
+from rxmesh.operations import CreateNodesRequest, CreateNodesResponse, RejectionReason
+from rxmesh.providers._store import call
+
+__all__ = ["Bulk", "operation_of"]
+
+T = TypeVar("T")
+
+
+def operation_of(req: CreateNodesRequest) -> str:
+    """The subject of a bulk's answer text."""
+    return f"Bulk creation of {len(req.nodes)} node(s)"
+
+
+@dataclass
+class _BulkState(AttemptFacts):
+    """One subscription's bulk attempt. ``landed`` is what THIS attempt wrote (SPEC §3 counts
+    only paths absent in phase 1); ``earlier`` the rows an earlier attempt of the same request
+    wrote (found in phase 1): answered as created, never as a partial landing of this attempt."""
+
+    attempted: list[MeshNode] = field(default_factory=list)
+    landed: dict[str, MeshNode] = field(default_factory=dict)
+    earlier: dict[str, MeshNode] = field(default_factory=dict)
+    already_present: list[str] = field(default_factory=list)
+
+
+class Bulk:
+    """One mesh's bulk create."""
+
+    def __init__(
+        self, core: MeshCore, partitions: Partitions, pending: PendingWrites, arm: TerminalArm
+    ) -> None:
+        self._core = core
+        self._partitions = partitions
+        self._pending = pending
+        self._arm = arm
+
+    def refusal(self, req: CreateNodesRequest) -> CreateNodesResponse | None:
+        """Phase 0: the batch's refusal naming its first offender, or ``None``."""
+        seen: set[str] = set()
+        for node in req.nodes:
+            if node.path in seen:
+                return CreateNodesResponse.fail(
+                    req.request_id,
+                    RejectionReason.INVALID_PATH,
+                    f"path '{node.path}' appears more than once in the batch",
+                )
+            seen.add(node.path)
+        access = req.access
+        if access is None and req.nodes[0].created_by:
+            access = AccessContext(user=req.nodes[0].created_by)
+        for node in req.nodes:
+            try:
+                self._core.fail_fast(node, access)
+            except NodeValidationError as exc:
+                reason = (
+                    RejectionReason.INVALID_PATH
+                    if isinstance(exc, InvalidPathError)
+                    else RejectionReason.VALIDATION_FAILED
+                )
+                return CreateNodesResponse.fail(
+                    req.request_id, reason, f"first invalid entry '{node.path}': {exc}"
+                )
+        return None
+
+    def attempt(self, req: CreateNodesRequest) -> Attempt[CreateNodesResponse]:
+        """A fresh attempt of ``req`` (its own phases' state), for one subscription."""
+        state = _BulkState(operation_of(req), "bulk-creating", req.nodes[0].path, req.request_id)
+
+        async def run() -> CreateNodesResponse:
+            try:
+                return await self._bulk(req, state)
+            except asyncio.CancelledError as cancelled:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # the subscriber left: nobody to answer
+                # The very exception, chain and all: a cancellation carrying a timeout is a fault.
+                return await self._fault(req, state, cancelled)
+            except Exception as exc:  # noqa: BLE001 - classified and answered, never dropped
+                return await self._fault(req, state, exc)
+
+        def on_fault(exc: BaseException) -> CreateNodesResponse:
+            return self._answer(req, state, exc)
+
+        return run, on_fault, lambda: self._arm.backstop(CreateNodesResponse, state)
+
+    async def _bulk(self, req: CreateNodesRequest, state: _BulkState) -> CreateNodesResponse:
+        core = self._core
+        access = core.requester(req.access, req.nodes[0])
+        paths = [node.path for node in req.nodes]
+        present: dict[str, MeshNode] = await core.ask("read_many", paths)
+        todo: list[MeshNode] = []
+        for node in req.nodes:
+            existing = present.get(node.path)
+            if existing is None:
+                todo.append(node)
+            elif existing.request_id == req.request_id:
+                state.earlier[node.path] = existing  # landed by this very request earlier
+            else:
+                state.already_present.append(node.path)
+        content_error: NodeValidationError | None = None
+        for node in todo:
+            try:
+                core.validate_content(node, access)
+            except NodeValidationError as exc:
+                content_error = type(exc)(f"entry '{node.path}': {exc}", path=node.path)
+                content_error.__cause__ = exc
+                break
+        judged = [
+            await self._partitions.authorise(partition, access, "create", creating=None)
+            for partition in sorted({node.partition for node in todo})
+        ]
+        if content_error is not None:
+            raise content_error
+        for facts in judged:
+            await self._partitions.heal(facts, access, "create", creating=None, heals=state.heals)
+        stamp = now()
+        stamped = [
+            node.model_copy(
+                update={
+                    "created_by": access.user,
+                    "created_at": stamp,
+                    "version": max(1, node.version),
+                    "request_id": req.request_id,
+                }
+            )
+            for node in todo
+        ]
+        by_path = {node.path: node for node in stamped}
+        state.attempted = stamped
+        if stamped:
+            state.write_started = True
+            await _drain(
+                core.retried(core.store.write_many(stamped, req.window)),
+                lambda window: state.landed.update({p: by_path[p] for p in window.paths}),
+            )
+        unsettled = [p for p in by_path if p not in state.landed]
+        if unsettled:
+            # Rows skipped by ON CONFLICT: ours (an ambiguous commit) or someone else's.
+            found: dict[str, MeshNode] = await core.ask("read_many", unsettled)
+            for path in unsettled:
+                row = found.get(path)
+                if row is not None and row.request_id == req.request_id:
+                    state.landed[path] = row
+                else:
+                    state.already_present.append(path)
+        mine = {**state.earlier, **state.landed}
+        created = tuple(mine[p] for p in paths if p in mine)
+        for node in created:
+            if node.path in state.landed:
+                core.created.on_next(node)
+        response = CreateNodesResponse(
+            request_id=req.request_id,
+            success=True,
+            created=created,
+            already_present=tuple(state.already_present),
+        )
+        self._pending.settle_bulk_by_answer(req, response)
+        return response
+
+    async def _fault(
+        self, req: CreateNodesRequest, state: _BulkState, exc: BaseException
+    ) -> CreateNodesResponse:
+        """Once a write had started, probe (once, no retry) which attempted paths are present."""
+        if state.write_started:
+            unsettled = [n.path for n in state.attempted if n.path not in state.landed]
+            if unsettled:
+                try:
+                    # No retry here: a terminal arm never retries; a failing probe finds nothing.
+                    found = await call(self._core.store, "read_many", unsettled)
+                except Exception as probe_error:  # noqa: BLE001 - reported, counts as none found
+                    logger.bind(event="probe_failed").warning(
+                        "landed-probe after a failed bulk write failed ({}): counting none found",
+                        probe_error,
+                    )
+                    found = {}
+                for path in unsettled:
+                    row = found.get(path)
+                    if row is not None and row.request_id == req.request_id:
+                        state.landed[path] = row
+        return self._answer(req, state, exc)
+
+    def _answer(
+        self, req: CreateNodesRequest, state: _BulkState, exc: BaseException
+    ) -> CreateNodesResponse:
+        landed = tuple(n for n in req.nodes if n.path in state.landed)
+        mine = {**state.earlier, **state.landed}  # this request's rows, earlier attempts included
+        fields: dict[str, Any] = {
+            "created": tuple(mine[n.path] for n in req.nodes if n.path in mine),
+            "already_present": tuple(state.already_present),
+            "not_created": tuple(
+                n for n in req.nodes if n.path not in mine and n.path not in state.already_present
+            ),
+        }
+
+        def record() -> tuple[str, dict[str, Any]]:
+            if req.reissued_after_unavailable or not fields["not_created"]:
+                return "", {}
+            recorded, not_recorded, note = self._pending.record_bulk(req, fields["not_created"])
+            return note, {"recorded_for_reissue": recorded, "not_recorded": not_recorded}
+
+        if not landed:
+            return self._arm.answer(
+                CreateNodesResponse,
+                exc,
+                state,
+                record=record,
+                settle=lambda response: self._pending.settle_bulk_by_answer(req, response),
+                **fields,
+            )
+        # A partial landing is reported as such, whatever the fault: UNKNOWN, with what landed.
+        unreachable = is_store_unreachable(exc)
+        note, recorded = record() if unreachable else ("", {})
+        not_created = len(fields["not_created"])
+        logger.bind(
+            event="partial_landing",
+            store=self._core.store.name,
+            created=len(landed),
+            not_created=not_created,
+            error_type=type(exc).__name__,
+        ).error(
+            "{} PARTIALLY LANDED: {} created, {} not created, after {}: {}",
+            state.operation,
+            len(landed),
+            not_created,
+            type(exc).__name__,
+            exc,
+        )
+        text = (
+            f"{state.operation} partially landed: {len(landed)} created, {not_created} "
+            f"not created ({type(exc).__name__}: {exc}). "
+            + describe_may_have_partially_landed(state.operation)
+        )
+        diagnosis = unreachable_note()[0] if unreachable else ""
+        return CreateNodesResponse.fail(
+            req.request_id,
+            RejectionReason.UNKNOWN,
+            annotate(text, diagnosis) + note,
+            **fields,
+            **recorded,
+        )
+
+
+async def _drain(source: Observable[T], on_item: Callable[[T], None]) -> None:
+    """Subscribe to ``source`` until it completes, calling ``on_item`` for each item."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def on_error(exc: Exception) -> None:
+        if not done.done():
+            done.set_exception(exc)
+
+    def on_completed() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    subscription = source.subscribe(on_item, on_error, on_completed)
+    try:
+        await done
+    finally:
+        subscription.dispose()

@@ -1,0 +1,139 @@
+"""What every job of the mesh shares: the store and its one retry ladder, the policy, the content
+rules, the ledger, and the checks that need no store.
+
+:class:`MeshCore` is built once by :class:`~rxmesh.mesh.Mesh` and handed to each job (the create,
+the bulk, the verbs, the partitions' bootstrap, the pending writes and the terminal arm); none of
+them reaches the store but through :meth:`MeshCore.ask`, the only place the mesh retries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from reactivex import Observable, abc
+from reactivex.subject import Subject
+
+from rxmesh.exceptions import NodeAccessDeniedError, NodeValidationError
+from rxmesh.ledger import PendingWriteLedger
+from rxmesh.mesh._access import AccessPolicy
+from rxmesh.model import (
+    MAX_CONTENT_BYTES,
+    AccessContext,
+    MeshNode,
+    validate_content,
+    validate_path,
+)
+from rxmesh.operators import retry_transient_connect
+from rxmesh.operators._ladder import Ladder
+from rxmesh.providers import Store
+from rxmesh.providers._store import call
+
+__all__ = ["MeshCore", "NodeTypeValidator", "Validator", "now"]
+
+Validator = Callable[[MeshNode, AccessContext], None]
+"""A content rule: raise :class:`~rxmesh.exceptions.NodeValidationError` to refuse a node."""
+
+
+class NodeTypeValidator(Protocol):
+    """Resolves a node's type and validates its content against it (e.g. baked NodeType records).
+
+    Raise :class:`~rxmesh.exceptions.InvalidNodeTypeError` for an unknown type and
+    :class:`~rxmesh.exceptions.NodeValidationError` naming the field for bad content.
+    """
+
+    def validate(self, node: MeshNode) -> None:
+        """Validate ``node`` or raise."""
+        ...
+
+
+def now() -> datetime:
+    """The time a write is stamped with."""
+    return datetime.now(UTC)
+
+
+class MeshCore:
+    """The state and the store-free checks every job of one mesh uses."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        policy: AccessPolicy,
+        validators: tuple[Validator, ...],
+        ledger: PendingWriteLedger,
+        node_types: NodeTypeValidator | None,
+        record_pending_writes: bool,
+        scheduler: abc.SchedulerBase | None,
+        retry_delays: Sequence[float],
+    ) -> None:
+        self.store = store
+        self.policy = policy
+        self.validators = validators
+        self.ledger = ledger
+        self.node_types = node_types
+        self.record_pending_writes = record_pending_writes
+        self.scheduler = scheduler
+        self.ladder = Ladder.of(tuple(retry_delays))
+        self._retry = retry_transient_connect(tuple(retry_delays), scheduler=scheduler)
+        self.created: Subject[MeshNode] = Subject()
+
+    async def ask(self, operation: str, *args: Any) -> Any:
+        """One store call (``"read"``, ``"write"``, ...) through the retry ladder: the only place
+        the mesh retries. Awaits the store's coroutine twin when it has one (no observable
+        machinery on the way), else its observable method (:func:`rxmesh.providers.call`)."""
+        store = self.store
+        return await self.ladder.call(
+            lambda: call(store, operation, *args), scheduler=self.scheduler
+        )
+
+    def retried(self, source: Observable[Any]) -> Observable[Any]:
+        """``source`` through the same ladder (its stream driver), for a store call that streams
+        (``write_many``)."""
+        return source.pipe(self._retry)
+
+    def requester(self, access: AccessContext | None, node: MeshNode | None) -> AccessContext:
+        """Who asks: the access, else the node's ``created_by``; nobody is refused FORBIDDEN."""
+        if access is not None:
+            return access
+        if node is not None and node.created_by:
+            return AccessContext(user=node.created_by)
+        raise NodeAccessDeniedError(
+            "the request names no requester (neither access nor node.created_by)"
+        )
+
+    def requester_or_none(
+        self, access: AccessContext | None, node: MeshNode | None
+    ) -> AccessContext | None:
+        """:meth:`requester`, or ``None`` where the request names nobody (for the journal)."""
+        try:
+            return self.requester(access, node)
+        except NodeAccessDeniedError:
+            return None
+
+    def fail_fast(self, node: MeshNode, access: AccessContext | None) -> None:
+        """Checks that need no store: path (reserved segments are the system's), type/content
+        presence, content size."""
+        is_system = access is not None and access.is_system
+        validate_path(node.path, allow_reserved=is_system)
+        if node.node_type is None and node.content is None:
+            raise NodeValidationError(
+                f"node '{node.path}' has neither a node_type nor content", path=node.path
+            )
+        if node.content is not None:
+            validate_content(node.path, node.content)
+            size = len(json.dumps(node.content, ensure_ascii=False, allow_nan=False).encode())
+            if size > MAX_CONTENT_BYTES:
+                raise NodeValidationError(
+                    f"node '{node.path}': content is {size} bytes; at most {MAX_CONTENT_BYTES}",
+                    path=node.path,
+                )
+
+    def validate_content(self, node: MeshNode, access: AccessContext) -> None:
+        """The mesh's content rules, then the node type's (each raises to refuse)."""
+        for validator in self.validators:
+            validator(node, access)
+        if self.node_types is not None and node.node_type is not None:
+            self.node_types.validate(node)

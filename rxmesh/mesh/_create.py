@@ -1,0 +1,126 @@
+"""The single create, top to bottom.
+
+1. Store-free checks: the requester, then the path (with the requester's reserved rights), the
+   type/content presence and size.
+2. ONE read: the existence check and the partition's facts together (one round trip, one
+   snapshot). A row of this very request is an ambiguous commit that landed: answered created.
+   Any other row: NODE_ALREADY_EXISTS, which outranks every later refusal.
+3. The content rules (no store), then the partition's bootstrap: a permission refusal outranks a
+   content refusal, and bad content heals nothing.
+4. The write, through the ladder; each failed write is kept for the arm (may it have landed?).
+
+A fault anywhere goes to the terminal arm (:class:`~rxmesh.mesh._answer.TerminalArm`), which
+records the intent when the store was away.
+"""
+
+from __future__ import annotations
+
+from rxmesh.exceptions import NodeExistsError, NodeValidationError, StoreConflictError
+from rxmesh.mesh._answer import Attempt, AttemptFacts, TerminalArm
+from rxmesh.mesh._bootstrap import Partitions
+from rxmesh.mesh._core import MeshCore, now
+from rxmesh.mesh._pending import PendingWrites
+from rxmesh.model import MeshNode
+from rxmesh.operations import CreateNodeRequest, CreateNodeResponse
+from rxmesh.providers._store import call
+
+__all__ = ["Create", "operation_of"]
+
+
+def operation_of(req: CreateNodeRequest) -> str:
+    """The subject of a create's answer text."""
+    return f"Node creation at '{req.node.path}'"
+
+
+class Create:
+    """One mesh's single create."""
+
+    def __init__(
+        self, core: MeshCore, partitions: Partitions, pending: PendingWrites, arm: TerminalArm
+    ) -> None:
+        self._core = core
+        self._partitions = partitions
+        self._pending = pending
+        self._arm = arm
+
+    def attempt(self, req: CreateNodeRequest) -> Attempt[CreateNodeResponse]:
+        """A fresh attempt of ``req`` (its own facts), for one subscription or one await."""
+        facts = AttemptFacts(operation_of(req), "creating", req.node.path, req.request_id)
+        pending = self._pending
+
+        def record() -> tuple[str, dict[str, object]]:
+            if req.reissued_after_unavailable:  # a re-issue is never recorded again
+                return "", {}
+            access = self._core.requester_or_none(req.access, req.node)
+            outcome = pending.record(req.node, access, req.request_id, "create")
+            return outcome.note, {"recorded_for_reissue": outcome.recorded}
+
+        def on_fault(exc: BaseException) -> CreateNodeResponse:
+            return self._arm.answer(
+                CreateNodeResponse,
+                exc,
+                facts,
+                record=record,
+                settle=lambda response: pending.settle_by_answer(req, req.node.path, response),
+            )
+
+        async def run() -> CreateNodeResponse:
+            node = await self._create(req, facts)
+            self._core.created.on_next(node)
+            response = CreateNodeResponse.created(req.request_id, node)
+            pending.settle_by_answer(req, node.path, response)
+            return response
+
+        return run, on_fault, lambda: self._arm.backstop(CreateNodeResponse, facts)
+
+    async def _create(self, req: CreateNodeRequest, facts: AttemptFacts) -> MeshNode:
+        core, node = self._core, req.node
+        access = core.requester(req.access, node)
+        core.fail_fast(node, access)
+        partition, found = await self._partitions.facts(node.partition, access.user, node.path)
+        existing = found.get(node.path)
+        if existing is not None:
+            if existing.request_id == req.request_id:
+                return existing  # an ambiguous commit that did land: this request created it
+            raise NodeExistsError(f"a node already exists at '{node.path}'", path=node.path)
+        content_error: NodeValidationError | None = None
+        try:
+            core.validate_content(node, access)
+        except NodeValidationError as exc:
+            content_error = exc
+        await self._partitions.bootstrap(
+            node.partition,
+            access,
+            "create",
+            creating=node.path,
+            heals=facts.heals,
+            heal=content_error is None,
+            facts=partition,
+        )
+        if content_error is not None:
+            raise content_error
+        stamped = node.model_copy(
+            update={
+                "created_by": access.user,
+                "created_at": now(),
+                "version": max(1, node.version),
+                "request_id": req.request_id,
+            }
+        )
+        store = core.store
+
+        async def write() -> MeshNode:
+            try:
+                written: MeshNode = await call(store, "write", stamped)
+            except Exception as failure:
+                facts.write_failures.append(failure)  # for the arm: may this write have landed?
+                raise
+            return written
+
+        try:
+            return await core.ladder.call(write, scheduler=core.scheduler)
+        except StoreConflictError as exc:
+            raise NodeExistsError(
+                f"a node already exists at '{node.path}' (written by another request)",
+                path=node.path,
+            ) from exc

@@ -1,0 +1,208 @@
+"""Pending writes: record an UNAVAILABLE create for one re-issue, and settle an intent the
+moment the same request is answered by the store.
+
+Recording can never prevent the answer: whatever it raises is logged and told in the answer's
+text (and the response's ``recorded_for_reissue`` / ``not_recorded`` fields). An intent is a
+promise to re-issue a request that got no answer: once the same request (path and request id) is
+answered — created, or judged — the promise is kept and the intent settled, so a later re-issue
+cannot resurrect a node the caller deleted meanwhile (issue 20).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from loguru import logger
+
+from rxmesh.ledger import JournalError, PendingWrite, PendingWriteHeldError, outcome_of
+from rxmesh.mesh._core import MeshCore
+from rxmesh.model import AccessContext, MeshNode
+from rxmesh.operations import (
+    CreateNodeRequest,
+    CreateNodeResponse,
+    CreateNodesRequest,
+    CreateNodesResponse,
+    RejectionReason,
+)
+
+__all__ = ["PendingWrites", "Recorded"]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What recording an UNAVAILABLE create did: recorded or not, the answer's note, and why not."""
+
+    recorded: bool
+    note: str
+    why_not: str = ""
+
+
+class PendingWrites:
+    """One mesh's recording and settling of pending writes, over its ledger."""
+
+    def __init__(self, core: MeshCore) -> None:
+        self._core = core
+
+    def record(
+        self,
+        node: MeshNode,
+        access: AccessContext | None,
+        request_id: str,
+        origin: Literal["create", "create_nodes"],
+        *,
+        log: bool = True,
+    ) -> Recorded:
+        """Record an UNAVAILABLE create for one re-issue.
+
+        The recording step can never prevent the answer: whatever it raises (a journal that
+        cannot be written, a value the journal cannot encode, a defect) is logged at ERROR and
+        the answer says the write will not be re-issued. Another requester's outstanding intent
+        for the same path is never displaced; this one is then not recorded, and says so.
+        ``log=False``: the caller reports failures itself (a bulk summarises them).
+        """
+        if not self._core.record_pending_writes:
+            return Recorded(
+                False,
+                " It will not be re-issued by rxmesh: this mesh does not record pending writes.",
+                "this mesh does not record pending writes",
+            )
+        requester = access.user if access is not None else (node.created_by or "unknown")
+        try:
+            intent = PendingWrite(
+                node=node, requester=requester, access=access, request_id=request_id, origin=origin
+            )
+            self._core.ledger.record(intent)
+        except PendingWriteHeldError as exc:
+            if log:
+                logger.bind(
+                    event="pending_write_held", path=node.path, request_id=request_id
+                ).warning(
+                    "pending write for '{}' (request {}) not recorded: {}",
+                    node.path,
+                    request_id,
+                    exc,
+                )
+            return Recorded(
+                False,
+                " It will not be re-issued by rxmesh: a create of this path by another "
+                "requester is already pending; re-issue this request yourself once the store "
+                "answers again.",
+                "another requester's create of this path is already pending",
+            )
+        except Exception as exc:  # noqa: BLE001 - logged at ERROR and told in the answer
+            if log:
+                logger.bind(
+                    event="journal_failed", path=node.path, error_type=type(exc).__name__
+                ).opt(exception=exc).error(
+                    "pending write for '{}' could NOT be recorded: {}: {}",
+                    node.path,
+                    type(exc).__name__,
+                    exc,
+                )
+            why = f"{type(exc).__name__}: {exc}"
+            return Recorded(
+                False,
+                f" The pending write could NOT be journaled ({why}); it will not be re-issued.",
+                why,
+            )
+        return Recorded(True, "")
+
+    def settle_by_answer(
+        self,
+        req: CreateNodeRequest | CreateNodesRequest,
+        path: str,
+        response: CreateNodeResponse,
+    ) -> None:
+        """The caller's own re-issue of a recorded request was answered: settle the intent now.
+
+        An intent is a promise to re-issue a request that got no answer. Once the same request
+        (same path and request id) is answered by the store — created, or judged — that promise is
+        kept; re-issuing it later could resurrect a node the caller deleted meanwhile (issue 20).
+        The recovery's own re-issues settle themselves.
+        """
+        if req.reissued_after_unavailable:
+            return
+        intent = self._core.ledger.outstanding(path, req.request_id)
+        if intent is None:
+            return
+        outcome = outcome_of(intent, response)
+        outcome = outcome.model_copy(
+            update={"detail": f"{outcome.detail} (the caller's own re-issue was answered)".strip()}
+        )
+        try:
+            self._core.ledger.settle_if_outstanding(intent, outcome)
+        except JournalError:
+            pass  # settled and published; the failed delete was logged at ERROR by the ledger
+
+    def settle_bulk_by_answer(
+        self, req: CreateNodesRequest, response: CreateNodesResponse
+    ) -> None:
+        """:meth:`settle_by_answer` for each node of a bulk the store answered."""
+        created = {node.path: node for node in response.created}
+        present = set(response.already_present)
+        for node in req.nodes:
+            if node.path in created:
+                answer = CreateNodeResponse.created(req.request_id, created[node.path])
+            elif node.path in present:
+                answer = CreateNodeResponse.fail(
+                    req.request_id,
+                    RejectionReason.NODE_ALREADY_EXISTS,
+                    f"a node already exists at '{node.path}'",
+                )
+            elif response.rejection_reason is not None:
+                answer = CreateNodeResponse.fail(
+                    req.request_id, response.rejection_reason, response.error or ""
+                )
+            else:
+                continue
+            self.settle_by_answer(req, node.path, answer)
+
+    def record_bulk(
+        self, req: CreateNodesRequest, not_created: tuple[MeshNode, ...]
+    ) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+        """Record every node of an unreachable bulk that did not land; say which were not.
+
+        Returns the paths recorded, the paths not recorded, and the note for the answer: counts
+        and reasons in the text, the lists in the response. Failures are logged once (the first,
+        with its traceback) and summarised, not once per node.
+        """
+        access = self._core.requester_or_none(req.access, req.nodes[0])
+        recorded: list[str] = []
+        refused: dict[str, list[str]] = {}  # why -> paths
+        first: Recorded | None = None
+        for node in not_created:
+            outcome = self.record(
+                node, access, req.request_id, "create_nodes", log=first is None
+            )
+            if outcome.recorded:
+                recorded.append(node.path)
+                continue
+            first = first or outcome
+            refused.setdefault(outcome.why_not, []).append(node.path)
+        not_recorded = tuple(p for paths in refused.values() for p in paths)
+        total = len(not_created)
+        if not not_recorded:
+            return tuple(recorded), (), ""
+        if total == 1 and first is not None:
+            return (), not_recorded, first.note  # one node: the single create's text
+        reasons = "; ".join(
+            f"{len(paths)} because {why} (first: '{paths[0]}')" for why, paths in refused.items()
+        )
+        if len(not_recorded) > 1:
+            logger.bind(
+                event="journal_failed", recorded=len(recorded), not_recorded=len(not_recorded)
+            ).error(
+                "{}: {} of {} pending write(s) recorded, {} NOT recorded: {}",
+                f"Bulk creation of {len(req.nodes)} node(s)",
+                len(recorded),
+                total,
+                len(not_recorded),
+                reasons,
+            )
+        note = (
+            f" {len(recorded)} of the {total} node(s) not created were recorded for one re-issue "
+            f"(listed in recorded_for_reissue); {len(not_recorded)} could NOT be recorded and "
+            f"will not be re-issued (listed in not_recorded): {reasons}."
+        )
+        return tuple(recorded), not_recorded, note
