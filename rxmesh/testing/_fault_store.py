@@ -6,28 +6,28 @@ Every operation met is logged in :attr:`FaultInjectingStore.operations` with its
 refused write is logged too: "no write was attempted at X" is asserted on this log), counted per
 operation in :attr:`FaultInjectingStore.counts`, and every fault injected is counted per knob in
 :attr:`FaultInjectingStore.injected`.
+
+The store's pieces live in private siblings: the error chains (``_fault_errors``), the operation
+log and statistics (``_fault_log``), the change-feed gate (``_feed_gate``) and the live query's
+streaming (``_fault_query``); every name is public from :mod:`rxmesh.testing`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import reactivex
 from reactivex import Observable, abc
-from reactivex import operators as ops
-from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
+from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
-from rxmesh.exceptions import StoreError
 from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.model import (
     ChangeFeedGap,
-    FrameKind,
     MeshNode,
     NodeChange,
     NodeQuery,
@@ -36,6 +36,20 @@ from rxmesh.model import (
     WindowCommitted,
 )
 from rxmesh.providers._store import DEFAULT_WRITE_WINDOW, Store, call
+from rxmesh.testing._fault_errors import (
+    ExcFactory,
+    connect_timeout_error,
+    connection_reset_error,
+    unreachable_error,
+)
+from rxmesh.testing._fault_log import (
+    WRITE_OPS,
+    FaultInjectingStoreStatistics,
+    Operation,
+    Target,
+)
+from rxmesh.testing._fault_query import Death, live_query
+from rxmesh.testing._feed_gate import FeedGate, FeedMode, through_gate
 
 __all__ = [
     "WRITE_OPS",
@@ -50,141 +64,6 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-
-ExcFactory = Callable[[], Exception]
-"""Makes the exception a knob raises; called once per subscription it affects."""
-
-FeedMode = Literal["open", "hold", "drop"]
-"""The change feed: delivered, buffered until resumed, or lost."""
-
-WRITE_OPS: frozenset[str] = frozenset({"write", "write_many", "update", "delete", "move"})
-"""The operations that write (the ones :meth:`FaultInjectingStore.refuse_writes_as_unreachable`
-refuses)."""
-
-Target = str | tuple[str, ...] | NodeQuery
-
-
-class Operation(NamedTuple):
-    """One operation the store met: ``op``, its ``target`` and what happened to it.
-
-    ``target`` is a path (read, write, update, delete), a tuple of paths (read_many, write_many,
-    move as ``(source, target)``) or the :class:`NodeQuery`. ``outcome`` is ``"forwarded"`` (passed
-    to the inner store), ``"refused"`` (refused as unreachable), ``"faulted"`` (a read fault),
-    ``"doomed"`` (a query set to die mid-stream) or ``"stalled"`` (a query whose Initial is held).
-    """
-
-    op: str
-    target: Target
-    outcome: str
-
-    @property
-    def paths(self) -> tuple[str, ...]:
-        """The paths this operation touched (empty for a query)."""
-        if isinstance(self.target, str):
-            return (self.target,)
-        if isinstance(self.target, tuple):
-            return self.target
-        return ()
-
-
-@dataclass(frozen=True, slots=True)
-class FaultInjectingStoreStatistics:
-    """A snapshot of a :class:`FaultInjectingStore`'s counters."""
-
-    operations: int
-    counts: Mapping[str, int]
-    injected: Mapping[str, int]
-    feed_mode: FeedMode
-    held_events: int
-    stalled_queries: int
-
-
-def _chained(outer: Exception, cause: BaseException) -> Exception:
-    outer.__cause__ = cause  # exactly what ``raise outer from cause`` records
-    return outer
-
-
-def unreachable_error(store: str = "store") -> Exception:
-    """A refused connect, as a provider's boundary reports it: ``StoreError(08001)`` from
-    ``ConnectionRefusedError``. :func:`rxmesh.faults.is_store_unreachable` matches it.
-    """
-    return _chained(
-        StoreError(
-            f"store '{store}' unreachable: connection refused", sqlstate="08001", store=store
-        ),
-        ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 5432)"),
-    )
-
-
-def connect_timeout_error(store: str = "store") -> Exception:
-    """A connect that timed out: ``StoreError("could not connect ...", 08001)`` from
-    ``TimeoutError``."""
-    return _chained(
-        StoreError(
-            f"store '{store}': could not connect to 10.42.18.4:5432", sqlstate="08001", store=store
-        ),
-        TimeoutError("timed out"),
-    )
-
-
-def connection_reset_error(store: str = "store") -> Exception:
-    """The incident's mid-stream chain: a DB frame with no sqlstate from
-    ``ConnectionResetError(104, "Connection reset by peer")``."""
-    return _chained(
-        StoreError(f"store '{store}': connection lost mid-stream", sqlstate=None, store=store),
-        ConnectionResetError(104, "Connection reset by peer"),
-    )
-
-
-class _Sink:
-    """One subscriber's place at the feed gate: buffers while held."""
-
-    def __init__(self) -> None:
-        self.held: list[Callable[[], None]] = []
-
-
-class _FeedGate:
-    def __init__(self, injected: Counter[str]) -> None:
-        self.mode: FeedMode = "open"
-        self.sinks: list[_Sink] = []
-        self._injected = injected
-
-    def deliver(self, sink: _Sink, emit: Callable[[], None]) -> None:
-        if self.mode == "open":
-            emit()
-        elif self.mode == "hold":
-            self._injected["held_event"] += 1
-            sink.held.append(emit)
-        else:
-            self._injected["dropped_event"] += 1
-
-    def release(self) -> None:
-        self.mode = "open"
-        for sink in list(self.sinks):
-            pending, sink.held = sink.held, []
-            for emit in pending:
-                self._injected["released_event"] += 1
-                emit()
-
-    def join(self) -> tuple[_Sink, Disposable]:
-        sink = _Sink()
-        self.sinks.append(sink)
-        return sink, Disposable(lambda: self.sinks.remove(sink))
-
-
-@dataclass
-class _QueryState:
-    frames: int = 0
-    dead: bool = False
-    initial: bool = False
-
-
-@dataclass
-class _Death:
-    after_frames: int
-    factory: ExcFactory
-    remaining: int
-    query: NodeQuery | None
 
 
 class FaultInjectingStore:
@@ -216,11 +95,11 @@ class FaultInjectingStore:
         self._refuse_writes: ExcFactory | None = None
         self._refuse_reads: ExcFactory | None = None
         self._read_faults: dict[str, tuple[ExcFactory, int]] = {}
-        self._death: _Death | None = None
+        self._death: Death | None = None
         self._stall: bool = False
         self._stalled: list[Callable[[], None]] = []
         self._open_queries: set[Callable[[Exception], None]] = set()
-        self._gate = _FeedGate(self.injected)
+        self._gate = FeedGate(self.injected)
         self._gaps: Subject[ChangeFeedGap] = Subject()
 
     # -- introspection ------------------------------------------------------------------------
@@ -312,7 +191,7 @@ class FaultInjectingStore:
         if after_frames < 0 or times < 1:
             raise ValueError(f"need after_frames >= 0 and times >= 1, got {after_frames}, {times}")
         factory = exc_factory or (lambda: connection_reset_error(self._name))
-        self._death = _Death(after_frames, factory, times, query)
+        self._death = Death(after_frames, factory, times, query)
 
     def stall_initial(self) -> None:
         """Queries subscribed from now on emit nothing (no Initial) until
@@ -536,31 +415,10 @@ class FaultInjectingStore:
 
     # -- feeds --------------------------------------------------------------------------------
 
-    def _gated(self, upstream: Observable[_T], passes: Callable[[_T], bool]) -> Observable[_T]:
-        """``upstream`` through the feed gate (items for which ``passes`` is True skip it)."""
-
-        def subscribe(
-            observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
-        ) -> abc.DisposableBase:
-            sink, leave = self._gate.join()
-
-            def on_next(item: _T) -> None:
-                if passes(item):
-                    observer.on_next(item)
-                else:
-                    self._gate.deliver(sink, lambda: observer.on_next(item))
-
-            inner = upstream.subscribe(
-                on_next, observer.on_error, observer.on_completed, scheduler=scheduler
-            )
-            return CompositeDisposable(inner, leave)
-
-        return Observable(subscribe)
-
     @property
     def changes(self) -> Observable[NodeChange]:
         """The inner change feed, through the hold/drop gate."""
-        return self._gated(self.inner.changes, lambda _: False)
+        return through_gate(self._gate, self.inner.changes, lambda _: False)
 
     @property
     def gaps(self) -> Observable[ChangeFeedGap]:
@@ -572,120 +430,15 @@ class FaultInjectingStore:
         """The inner evidence (announced commits through the gate, gaps not) and the gaps
         declared here."""
         own: Observable[StoreEvidence] = self._gaps
-        gated = self._gated(self.inner.answers_again, lambda e: isinstance(e, ChangeFeedGap))
+        gated = through_gate(
+            self._gate, self.inner.answers_again, lambda e: isinstance(e, ChangeFeedGap)
+        )
         return reactivex.merge(gated, own)
 
     # -- live queries -------------------------------------------------------------------------
-
-    def _take_death(self, query: NodeQuery) -> _Death | None:
-        death = self._death
-        if death is None or (death.query is not None and death.query != query):
-            return None
-        death.remaining -= 1
-        if death.remaining <= 0:
-            self._death = None
-        return death
 
     def query(self, query: NodeQuery) -> Observable[QueryFrame]:
         """The inner query, with stalls, mid-stream deaths, the feed gate on its deltas, and a
         re-read (diffed) after every gap."""
 
-        def subscribe(
-            observer: abc.ObserverBase[QueryFrame], scheduler: abc.SchedulerBase | None = None
-        ) -> abc.DisposableBase:
-            outcome, error = self._read_decision(())
-            death = None if error is not None else self._take_death(query)
-            stalled = error is None and self._stall
-            if death is not None:
-                outcome = "doomed"
-            elif stalled:
-                outcome = "stalled"
-            self.operations.append(Operation("query", query, outcome))
-            self.counts["query"] += 1
-            if error is not None:
-                observer.on_error(error)
-                return Disposable()
-
-            upstream = SerialDisposable()
-            gap_watch = SerialDisposable()
-            sink, leave = self._gate.join()
-            view: dict[str, MeshNode] = {}
-            state = _QueryState()
-            subscription = CompositeDisposable(upstream, gap_watch, leave)
-
-            def die() -> None:
-                assert death is not None
-                state.dead = True
-                subscription.dispose()
-                self.injected["died_mid_stream"] += 1
-                observer.on_error(death.factory())
-
-            def deliver(frame: QueryFrame) -> None:
-                if state.dead:
-                    return
-                if frame.kind is FrameKind.INITIAL:
-                    view.clear()
-                    state.initial = True
-                for node in frame.nodes:
-                    view[node.path] = node
-                for path in frame.removed:
-                    view.pop(path, None)
-                observer.on_next(frame)
-                state.frames += 1
-                if death is not None and state.frames >= death.after_frames:
-                    die()
-
-            def on_frame(frame: QueryFrame) -> None:
-                if frame.kind is FrameKind.INITIAL:
-                    deliver(frame)
-                else:
-                    self._gate.deliver(sink, lambda: deliver(frame))
-
-            def on_error(exc: Exception) -> None:
-                if not state.dead:
-                    state.dead = True
-                    subscription.dispose()
-                    observer.on_error(exc)
-
-            def sever(exc: Exception) -> None:
-                if not state.dead:
-                    self.injected["severed"] += 1
-                    on_error(exc)
-
-            self._open_queries.add(sever)
-            subscription.add(Disposable(lambda: self._open_queries.discard(sever)))
-
-            def resync(_gap: ChangeFeedGap) -> None:
-                if state.dead or not state.initial:
-                    return
-                self.counts["requery"] += 1
-
-                def diff(frame: QueryFrame) -> None:
-                    fresh = {node.path: node for node in frame.nodes}
-                    changed = [n for p, n in fresh.items() if view.get(p) != n]
-                    removed = [p for p in view if p not in fresh]
-                    if changed or removed:
-                        deliver(QueryFrame.delta(changed, removed, provider=frame.provider))
-
-                self.inner.query(query).pipe(ops.take(1)).subscribe(
-                    diff, on_error, scheduler=scheduler
-                )
-
-            def start() -> None:
-                if state.dead or subscription.is_disposed:
-                    return
-                gap_watch.disposable = self.gaps.subscribe(resync, scheduler=scheduler)
-                upstream.disposable = self.inner.query(query).subscribe(
-                    on_frame, on_error, observer.on_completed, scheduler=scheduler
-                )
-
-            if death is not None and death.after_frames == 0:
-                die()
-            elif stalled:
-                self.injected["stalled_initial"] += 1
-                self._stalled.append(start)
-            else:
-                start()
-            return subscription
-
-        return Observable(subscribe)
+        return live_query(self, query)
