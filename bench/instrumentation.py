@@ -136,18 +136,21 @@ async def _rate(work: Callable[[int], Awaitable[None]], n: int) -> float:
 
 
 async def create(creates: int, repeat: int) -> dict[str, Any]:
-    """µs per ``Mesh.create`` on the embedded store: off, on, and scoped as the wiring will be."""
-    mesh = Mesh(InMemoryStore(), ledger=PendingWriteLedger(""))
-    await mesh.create(MeshNode(path="m/warm", content={}), access=ALICE)
+    """µs per ``Mesh.create`` on the embedded store: off, on, and scoped as the wiring will be.
+
+    Every timing gets a fresh mesh and store (an embedded store that grows across the rounds
+    would make whichever mode runs later look slower)."""
     per: dict[str, list[float]] = {"off": [], "on": [], "scoped_off": [], "scoped_on": []}
     for round_ in range(repeat):
         names = list(per)
         shift = round_ % len(names)
         for name in names[shift:] + names[:shift]:
+            mesh = Mesh(InMemoryStore(), ledger=PendingWriteLedger(""))
+            await mesh.create(MeshNode(path="m/warm", content={}), access=ALICE)
             scoped = name.startswith("scoped")
 
-            async def work(i: int, name: str = name, r: int = round_, s: bool = scoped) -> None:
-                node = MeshNode(path=f"m/{name}{r}n{i:06d}", node_type="B", content={"i": i})
+            async def work(i: int, mesh: Mesh = mesh, s: bool = scoped) -> None:
+                node = MeshNode(path=f"m/n{i:06d}", node_type="B", content={"i": i})
                 if s:
                     with instrumentation.operation("create", request_id=str(i)) as op:
                         await mesh.create(node, access=ALICE)
@@ -158,7 +161,7 @@ async def create(creates: int, repeat: int) -> dict[str, Any]:
             with mode("off" if name.endswith("off") else "on"):
                 gc.collect()
                 per[name].append(await _rate(work, creates))
-    mesh.dispose()
+            mesh.dispose()
     return {
         "bench": "instrumentation",
         "measure": "create",
