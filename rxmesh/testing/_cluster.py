@@ -14,8 +14,9 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
-from types import TracebackType
 from typing import Literal
+
+from rxmesh.testing._throwaway import Throwaway
 
 __all__ = ["TemporaryPostgresCluster", "find_postgres_bin"]
 
@@ -55,7 +56,7 @@ def _free_port() -> int:
         return port
 
 
-class TemporaryPostgresCluster:
+class TemporaryPostgresCluster(Throwaway):
     """``initdb`` into a temp dir and run it on a free loopback port (trust auth, ``fsync=off``).
 
     As root, the server runs as the ``postgres`` OS user (``runuser``), since PostgreSQL refuses
@@ -157,15 +158,3 @@ class TemporaryPostgresCluster:
             self.stop("immediate")
         shutil.rmtree(self._dir, ignore_errors=True)
         self._dir = None
-
-    def __enter__(self) -> TemporaryPostgresCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()

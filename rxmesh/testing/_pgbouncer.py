@@ -18,9 +18,10 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Literal
 from urllib.parse import urlparse, urlunparse
+
+from rxmesh.testing._throwaway import Throwaway
 
 __all__ = ["PoolMode", "TemporaryPgBouncer", "find_pgbouncer"]
 
@@ -64,7 +65,7 @@ def _accepts(port: int) -> bool:
         return False
 
 
-class TemporaryPgBouncer:
+class TemporaryPgBouncer(Throwaway):
     """Run PgBouncer on a free loopback port in front of ``target_host:target_port``.
 
     Every database name is forwarded to the same name on the target (``* = host=... port=...``);
@@ -257,15 +258,3 @@ class TemporaryPgBouncer:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
-
-    def __enter__(self) -> TemporaryPgBouncer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
