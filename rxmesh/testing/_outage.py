@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import secrets
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Protocol
 
 from rxmesh.aio import first_value
@@ -54,12 +53,7 @@ class OutageBackend(Protocol):
     async def __aenter__(self) -> OutageBackend:
         """Bring the store up (use the backend as ``async with``)."""
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         """Close what the backend started and remove what it wrote."""
 
     async def cut(self) -> None:
@@ -108,12 +102,7 @@ class InMemoryOutage:
     async def __aenter__(self) -> InMemoryOutage:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         return None
 
     async def cut(self) -> None:
@@ -228,12 +217,7 @@ class PostgresProxyOutage:
         for proxy in self._proxies():
             await proxy.close()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         import asyncpg
 
         try:
