@@ -15,7 +15,12 @@ import pytest
 
 import rxmesh
 
-OPTIONAL_DEPENDENCIES = {"asyncpg": "postgres", "nats": "nats"}
+OPTIONAL_DEPENDENCIES = {
+    "asyncpg": "postgres",
+    "nats": "nats",
+    "prometheus_client": "prometheus",
+    "opentelemetry": "otel",
+}
 """Top-level import names of optional extras: a module needing a missing one is skipped."""
 
 
