@@ -12,8 +12,9 @@ behind a pooler as most production PostgreSQL does).
 
 Cut/restore backends, the ways ``rxmesh drill`` cuts its store and brings it back, reusable in your
 own outage tests: :class:`OutageBackend` (the protocol), :class:`InMemoryOutage` (the embedded
-store behind its fault knobs) and :class:`PostgresProxyOutage` (a server behind a loopback
-:class:`FaultProxy`, never stopped).
+store behind its fault knobs), :class:`PostgresProxyOutage` (a server behind a loopback
+:class:`FaultProxy`, never stopped) and :class:`ServerStopOutage` (a throwaway server, stopped and
+started again).
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ from rxmesh.testing._fault_store import (
     connection_reset_error,
     unreachable_error,
 )
-from rxmesh.testing._outage import InMemoryOutage, OutageBackend, PostgresProxyOutage
+from rxmesh.testing._outage import (
+    InMemoryOutage,
+    OutageBackend,
+    PostgresProxyOutage,
+    ServerStopOutage,
+)
 from rxmesh.testing._pgbouncer import TemporaryPgBouncer
 from rxmesh.testing._proxy import FaultProxy
 
@@ -45,6 +51,7 @@ __all__ = [
     "Operation",
     "OutageBackend",
     "PostgresProxyOutage",
+    "ServerStopOutage",
     "TemporaryPgBouncer",
     "TemporaryPostgresCluster",
     "connect_timeout_error",

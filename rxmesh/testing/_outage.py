@@ -10,6 +10,8 @@ cut a store off and bring it back, and to read afterwards what really landed, be
   (and closes); the cut makes the proxy refuse new connections and reset every open one; the
   restore listens again and the store re-connects by itself. It never stops the server; it writes
   into its own schemas (a fresh prefix) and drops them on the way out.
+- :class:`ServerStopOutage`: PostgreSQL on a throwaway :class:`TemporaryPostgresCluster`; the cut
+  stops the server itself, the restore starts it again on its port.
 
 Both wrap the store in a :class:`FaultInjectingStore` (``faults``), so a caller can also sever the
 open live queries with the incident's chain.
@@ -17,18 +19,23 @@ open live queries with the incident's chain.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rxmesh.aio import first_value
 from rxmesh.model import MeshNode, NodeQuery, QueryFrame
 from rxmesh.providers import Store
+from rxmesh.testing._cluster import StopMode, TemporaryPostgresCluster
 from rxmesh.testing._fault_store import FaultInjectingStore
 from rxmesh.testing._proxy import FaultProxy
 
-__all__ = ["InMemoryOutage", "OutageBackend", "PostgresProxyOutage"]
+if TYPE_CHECKING:
+    from rxmesh.providers.postgres import PostgresStore
+
+__all__ = ["InMemoryOutage", "OutageBackend", "PostgresProxyOutage", "ServerStopOutage"]
 
 
 class OutageBackend(Protocol):
@@ -170,8 +177,6 @@ class PostgresProxyOutage:
     async def __aenter__(self) -> PostgresProxyOutage:
         from urllib.parse import urlparse
 
-        from rxmesh.providers.postgres import PostgresStore
-
         parsed = urlparse(self.dsn)
         self.proxy = await FaultProxy(parsed.hostname or "127.0.0.1", parsed.port or 5432).start()
         self.listen_proxy: FaultProxy | None = None
@@ -182,18 +187,12 @@ class PostgresProxyOutage:
                 heard.hostname or "127.0.0.1", heard.port or 5432
             ).start()
             listen_dsn = self.listen_proxy.dsn(self.listen_dsn)
-        self.pg = PostgresStore(
+        self.pg = _tuned_store(
             self.proxy.dsn(self.dsn),
             name=f"postgres@{parsed.hostname or '127.0.0.1'}:{parsed.port or 5432}"
             f"/{parsed.path.lstrip('/') or 'postgres'} (via {self.label} :{self.proxy.port})",
             listen_dsn=listen_dsn,
-            schema_prefix=self.prefix,
-            connect_timeout=2.0,
-            command_timeout=5.0,
-            heartbeat_interval=0.2,
-            heartbeat_timeout=0.5,
-            reconnect_backoff=(0.05, 0.1, 0.2, 0.5),
-            acquire_timeout=5.0,
+            prefix=self.prefix,
         )
         try:
             await self.pg.start()
@@ -218,19 +217,11 @@ class PostgresProxyOutage:
             await proxy.close()
 
     async def __aexit__(self, *exc_info: object) -> None:
-        import asyncpg
-
         try:
             await self.pg.close()
         finally:
             await self._close_proxies()
-            conn = await asyncpg.connect(self.admin_dsn, timeout=5.0, statement_cache_size=0)
-            try:
-                await conn.execute(
-                    f'DROP SCHEMA IF EXISTS "{self.pg.schema_of(self.partition)}" CASCADE'
-                )
-            finally:
-                await conn.close()
+            await _drop_schema(self.admin_dsn, self.pg.schema_of(self.partition))
 
     async def cut(self) -> None:
         """Every proxy refuses new connections and resets (TCP RST) the open ones."""
@@ -245,22 +236,128 @@ class PostgresProxyOutage:
 
     async def rows(self) -> list[MeshNode]:
         """The partition's rows, read from the server directly (not through the proxy)."""
-        import asyncpg
+        return await _read_rows(self.admin_dsn, self.pg.schema_of(self.partition))
 
-        conn = await asyncpg.connect(self.admin_dsn, timeout=5.0, statement_cache_size=0)
+
+class ServerStopOutage:
+    """PostgreSQL on a throwaway server, cut by stopping the server itself and restored by
+    starting it again (on the same port).
+
+    Use it as an async context manager: entering starts the store, leaving closes it (starting
+    the server again first if it is still cut) and drops the partition's schema. The server is the
+    caller's: it is left running.
+
+    Args:
+        cluster: a started :class:`~rxmesh.testing.TemporaryPostgresCluster`.
+        partition: the partition whose schema :meth:`rows` reads and the exit drops.
+        schema_prefix: the store's schema prefix (default: a fresh ``outage<hex>_``).
+        stop_mode: ``"fast"`` (the server closes every connection) or ``"immediate"`` (a crash).
+    """
+
+    def __init__(
+        self,
+        cluster: TemporaryPostgresCluster,
+        *,
+        partition: str,
+        schema_prefix: str | None = None,
+        stop_mode: StopMode = "fast",
+    ) -> None:
+        self.cluster = cluster
+        self.partition = partition
+        self.prefix = schema_prefix or f"outage{secrets.token_hex(4)}_"
+        self.stop_mode: StopMode = stop_mode
+        self.stopped = False
+        self.description = ""
+        self.cut_text = (
+            f"the server stops (pg_ctl stop -m {stop_mode}): it closes every connection and "
+            "refuses new ones"
+        )
+        self.restore_text = "the server starts again on its port; the store re-connects by itself"
+
+    async def __aenter__(self) -> ServerStopOutage:
+        self.pg = _tuned_store(
+            self.cluster.dsn,
+            name=f"postgres@127.0.0.1:{self.cluster.port}/postgres (throwaway server)",
+            listen_dsn=None,
+            prefix=self.prefix,
+        )
+        await self.pg.start()
+        self.faults = FaultInjectingStore(self.pg)
+        self.store: Store = self.faults
+        self.schema: str | None = self.pg.schema_of(self.partition)
+        self.description = f"PostgreSQL {self.pg.name}; schemas {self.prefix}* (dropped at the end)"
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
         try:
-            records = await conn.fetch(
-                "SELECT path, node_type, content::text AS content, request_id FROM "
-                f'"{self.pg.schema_of(self.partition)}".nodes ORDER BY path'
-            )
+            await self.pg.close()
         finally:
-            await conn.close()
-        return [
-            MeshNode(
-                path=r["path"],
-                node_type=r["node_type"],
-                content=None if r["content"] is None else json.loads(r["content"]),
-                request_id=r["request_id"],
-            )
-            for r in records
-        ]
+            if self.stopped:
+                await self.restore()
+            await _drop_schema(self.cluster.dsn, self.pg.schema_of(self.partition))
+
+    async def cut(self) -> None:
+        """Stop the server (off the loop: ``pg_ctl`` blocks until it is down)."""
+        self.stopped = True
+        await asyncio.to_thread(self.cluster.stop, self.stop_mode)
+
+    async def restore(self) -> None:
+        """Start the server again; the store re-connects and declares its own gap."""
+        await asyncio.to_thread(self.cluster.start)
+        self.stopped = False
+
+    async def rows(self) -> list[MeshNode]:
+        """The partition's rows, read from the server (which must be running)."""
+        return await _read_rows(self.cluster.dsn, self.pg.schema_of(self.partition))
+
+
+def _tuned_store(dsn: str, *, name: str, listen_dsn: str | None, prefix: str) -> PostgresStore:
+    """A PostgresStore tuned for outages of seconds: short timeouts, a fast heartbeat."""
+    from rxmesh.providers.postgres import PostgresStore
+
+    return PostgresStore(
+        dsn,
+        name=name,
+        listen_dsn=listen_dsn,
+        schema_prefix=prefix,
+        connect_timeout=2.0,
+        command_timeout=5.0,
+        heartbeat_interval=0.2,
+        heartbeat_timeout=0.5,
+        reconnect_backoff=(0.05, 0.1, 0.2, 0.5),
+        acquire_timeout=5.0,
+    )
+
+
+async def _drop_schema(admin_dsn: str, schema: str) -> None:
+    """Drop ``schema`` over a connection of its own (no named statements: a pooler breaks them)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(admin_dsn, timeout=5.0, statement_cache_size=0)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+async def _read_rows(admin_dsn: str, schema: str) -> list[MeshNode]:
+    """Every row of ``schema``'s nodes, by path, over a connection of its own."""
+    import asyncpg
+
+    conn = await asyncpg.connect(admin_dsn, timeout=5.0, statement_cache_size=0)
+    try:
+        records = await conn.fetch(
+            "SELECT path, node_type, content::text AS content, request_id FROM "
+            f'"{schema}".nodes ORDER BY path'
+        )
+    finally:
+        await conn.close()
+    return [
+        MeshNode(
+            path=r["path"],
+            node_type=r["node_type"],
+            content=None if r["content"] is None else json.loads(r["content"]),
+            request_id=r["request_id"],
+        )
+        for r in records
+    ]

@@ -4,13 +4,21 @@ brings it back with its evidence, and ``rows`` reads what really landed behind e
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import pytest
 
 from rxmesh.exceptions import StoreError
 from rxmesh.faults import is_store_unreachable
 from rxmesh.model import ChangeFeedGap, MeshNode
-from rxmesh.testing import InMemoryOutage, OutageBackend, PostgresProxyOutage
+from rxmesh.testing import (
+    InMemoryOutage,
+    OutageBackend,
+    PostgresProxyOutage,
+    ServerStopOutage,
+    TemporaryPostgresCluster,
+)
+from tests.conftest import IN_CI
 
 
 async def _refused(backend: OutageBackend, path: str) -> Exception | None:
@@ -55,6 +63,17 @@ async def test_the_in_memory_rows_are_the_partitions_only() -> None:
         assert [row.path for row in await backend.rows()] == ["p/a"]
 
 
+async def _lands_again(backend: OutageBackend, path: str) -> Exception | None:
+    """Write ``path`` until it lands (the store re-connects by itself); bounded to ~10 s."""
+    refused = None
+    for _ in range(200):
+        refused = await _refused(backend, path)
+        if refused is None:
+            return None
+        await asyncio.sleep(0.05)
+    return refused
+
+
 @pytest.mark.postgres
 async def test_the_proxy_cut_makes_postgres_unreachable_and_the_exit_drops_its_schema(
     pg_dsn: str,
@@ -71,18 +90,63 @@ async def test_the_proxy_cut_makes_postgres_unreachable_and_the_exit_drops_its_s
         assert refused is not None and is_store_unreachable(refused)
         assert "outage/before" in [row.path for row in await backend.rows()]  # behind the cut
         await backend.restore()
-        landed = None
-        for _ in range(100):  # the pool re-connects by itself; bounded
-            landed = await _refused(backend, "outage/after")
-            if landed is None:
-                break
-            await asyncio.sleep(0.05)
-        assert landed is None
+        assert await _lands_again(backend, "outage/after") is None
         paths = [row.path for row in await backend.rows()]
         assert "outage/before" in paths and "outage/after" in paths
         assert "outage/during" not in paths
         schema = backend.schema
     conn = await asyncpg.connect(pg_dsn)
+    try:
+        left = await conn.fetchval("SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema)
+    finally:
+        await conn.close()
+    assert left == 0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[TemporaryPostgresCluster]:
+    try:
+        running = TemporaryPostgresCluster()
+    except FileNotFoundError as exc:
+        if IN_CI:
+            pytest.fail(f"CI needs PostgreSQL server binaries: {exc}")
+        pytest.skip(str(exc))
+    with running:
+        yield running
+
+
+async def test_the_server_stop_cut_stops_the_server_and_the_restore_brings_it_back(
+    cluster: TemporaryPostgresCluster,
+) -> None:
+    import asyncpg
+
+    async with ServerStopOutage(cluster, partition="outage") as backend:
+        assert await _refused(backend, "outage/before") is None  # control: it lands
+        await backend.cut()
+        refused = await _refused(backend, "outage/during")
+        assert refused is not None and is_store_unreachable(refused)
+        with pytest.raises(OSError):  # the server itself is down, not just the store's pool
+            await asyncpg.connect(cluster.dsn, timeout=2.0)
+        gaps: list[ChangeFeedGap] = []
+        watch = backend.store.gaps.subscribe(gaps.append)
+        try:
+            assert gaps == []  # control: no evidence while the server is down
+            await backend.restore()
+            assert await _lands_again(backend, "outage/after") is None
+            for _ in range(200):  # the store's own listener declares the gap once back; bounded
+                if gaps:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            watch.dispose()
+        assert gaps and gaps[0].source == backend.store.name
+        paths = [row.path for row in await backend.rows()]
+        assert "outage/before" in paths and "outage/after" in paths
+        assert "outage/during" not in paths
+        schema = backend.schema
+        await backend.cut()  # left cut: the exit starts the server again to drop the schema
+    assert not backend.stopped
+    conn = await asyncpg.connect(cluster.dsn)
     try:
         left = await conn.fetchval("SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema)
     finally:
