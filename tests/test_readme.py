@@ -1,11 +1,10 @@
-"""README.md cannot rot: its set-up commands are the ones CI runs, and its Python examples run."""
+"""README.md cannot rot: its set-up commands are the ones CI runs, and its Python examples run
+(in tests/docs/test_examples.py, with every page of docs/)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-
-import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -27,12 +26,6 @@ def test_the_readme_has_a_python_example() -> None:
     assert _blocks("python"), "README.md lost its python example"
 
 
-@pytest.mark.parametrize("index", range(len(_blocks("python"))))
-def test_each_python_block_of_the_readme_runs(index: int) -> None:
-    code = _blocks("python")[index]
-    exec(compile(code, f"README.md[python block {index}]", "exec"), {"__name__": "__readme__"})
-
-
 def test_the_readme_links_every_docs_page() -> None:
     docs = README.parent / "docs"
     pages = {p.name for p in docs.glob("*.md")} - {"index.md"}
@@ -41,15 +34,9 @@ def test_the_readme_links_every_docs_page() -> None:
     assert all((docs / name).is_file() for name in linked), "README.md links a missing page"
 
 
-def test_the_quick_starts_complete_programs_run() -> None:
-    """Blocks of docs/quickstart.md that are whole programs (they start with an import and end by
-    running ``main()``) run as written; fragments are not executed."""
-    text = (README.parent / "docs" / "quickstart.md").read_text()
-    programs = [
-        body
-        for lang, body in _BLOCK.findall(text)
-        if lang == "python" and body.startswith("import ") and "asyncio.run(main())" in body
-    ]
-    assert programs, "docs/quickstart.md lost its first program"
-    for index, code in enumerate(programs):
-        exec(compile(code, f"quickstart.md[program {index}]", "exec"), {"__name__": "__doc__"})
+def test_the_python_blocks_are_run_by_the_docs_test() -> None:
+    # The README's blocks (and every page's) run in tests/docs/test_examples.py; this guards the
+    # hand-over, so that removing the runner cannot leave the README unexecuted.
+    from tests.docs.test_examples import BLOCKS
+
+    assert sum(1 for block in BLOCKS if Path(block.path) == README) == len(_blocks("python"))
