@@ -6,18 +6,31 @@ Prints JSON lines:
   loop doing only the file-system work (write a temp file, fsync, ``os.replace``, fsync the
   directory) with the same payload bytes, in the same run and directory. Target ratio >= 0.8.
   Rounds alternate and the median is taken.
+- ``group_commit``: journaled records per second, A/B in one process, rounds interleaved: A is
+  today's synchronous ``record`` (one file per intent, two fsyncs, on the caller's thread), B is
+  ``await record_durably`` with ``--in-flight`` records (default 500) in flight, committed by the
+  writer thread in groups. Targets: B >= 5,000/s and B >= 5x A.
+- ``loop_steps``: the longest step of the event loop while the ledger works, for 500 concurrent
+  ``record_durably`` and for one 10,000-intent ``record_many_durably``; and, as the negative
+  control, for the synchronous ``record`` of 1,000 intents in one step (what the mesh's bulk arm
+  did). Measured with asyncio's debug mode (``slow_callback_duration = 0.02``: every longer step is
+  counted) and rxmesh's ``LoopStallMonitor`` (ticking every 2 ms: its longest late tick is the
+  worst step, a lower bound). Target: no step over 20 ms.
 - ``recovery``: time from one piece of evidence to every verdict for N pending intents (default
   10,000), against creating the same nodes directly through the same mesh interface with the same
   concurrency. Uses ``Mesh(InMemoryStore())`` when both import; otherwise the line says why not.
 
-    python bench/ledger.py [--records N] [--pending N] [--repeats R] [--dir DIR]
+    python bench/ledger.py [--records N] [--pending N] [--repeats R] [--in-flight N]
+                           [--bulk N] [--dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
+import logging
 import os
 import shutil
 import statistics
@@ -33,6 +46,7 @@ import reactivex
 from reactivex import operators as ops
 from reactivex.subject import Subject
 
+from rxmesh.diagnosis import LoopStallMonitor
 from rxmesh.ledger import (
     DEFAULT_MAX_CONCURRENT_REISSUES,
     PendingWrite,
@@ -45,6 +59,9 @@ from rxmesh.model import AccessContext, ChangeFeedGap, MeshNode, StoreEvidence
 from rxmesh.operations import CreateNodeRequest, CreateNodeResponse
 
 TARGET_RECORD_RATIO = 0.8
+TARGET_GROUP_PER_S = 5_000
+TARGET_GROUP_RATIO = 5.0
+TARGET_STEP_S = 0.020
 ACCESS = AccessContext(user="bench")
 
 
@@ -134,6 +151,219 @@ def measure_records(n: int, repeats: int, base_dir: str | None) -> dict[str, Any
         "target_ratio": TARGET_RECORD_RATIO,
         "meets_target": ratio >= TARGET_RECORD_RATIO,
         "filesystem_dir": str(Path(base_dir or tempfile.gettempdir()).resolve()),
+    }
+
+
+def _sync_round(root: Path, intents: list[PendingWrite]) -> float:
+    ledger = PendingWriteLedger(root / "sync")
+    try:
+        started = time.perf_counter()
+        for intent in intents:
+            ledger.record(intent)
+        return time.perf_counter() - started
+    finally:
+        ledger.close()
+
+
+async def _grouped(ledger: PendingWriteLedger, intents: list[PendingWrite], in_flight: int) -> None:
+    """``record_durably`` for every intent, ``in_flight`` at a time (a new one as one returns)."""
+    feed = iter(intents)
+
+    async def lane() -> None:
+        for intent in feed:
+            if not await ledger.record_durably(intent):
+                raise RuntimeError(f"{intent.path} was not recorded")
+
+    async with asyncio.timeout(600):
+        await asyncio.gather(*(lane() for _ in range(in_flight)))
+
+
+def _group_round(root: Path, intents: list[PendingWrite], in_flight: int) -> tuple[float, int]:
+    ledger = PendingWriteLedger(root / "grouped")
+    try:
+        started = time.perf_counter()
+        asyncio.run(_grouped(ledger, intents, in_flight))
+        elapsed = time.perf_counter() - started
+        if ledger.statistics().pending != len(intents):
+            raise RuntimeError("the ledger did not record every intent")
+        return elapsed, ledger.statistics().group_commits
+    finally:
+        ledger.close()
+
+
+def measure_group_commit(
+    n: int, in_flight: int, repeats: int, base_dir: str | None
+) -> dict[str, Any]:
+    """Synchronous one-file records (A) against awaited group-committed records (B)."""
+    rounds: list[tuple[float, float, int]] = []
+    for index in range(repeats):
+        root = Path(tempfile.mkdtemp(prefix="rxmesh-bench-ledger-", dir=base_dir))
+        try:
+            a_intents, b_intents = _intents(n, "bench/a/d"), _intents(n, "bench/b/d")
+            if index % 2:  # alternate which goes first: a shared disk drifts within seconds
+                b, groups = _group_round(root, b_intents, in_flight)
+                a = _sync_round(root, a_intents)
+            else:
+                a = _sync_round(root, a_intents)
+                b, groups = _group_round(root, b_intents, in_flight)
+            rounds.append((a, b, groups))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    a_rate = n / statistics.median(a for a, _, _ in rounds)
+    b_rate = n / statistics.median(b for _, b, _ in rounds)
+    ratio = statistics.median(a / b for a, b, _ in rounds)
+    return {
+        "bench": "ledger",
+        "measure": "group_commit",
+        "intents": n,
+        "in_flight": in_flight,
+        "repeats": repeats,
+        "sync_record_per_s": round(a_rate),
+        "record_durably_per_s": round(b_rate),
+        "ratio": round(ratio, 2),
+        "fsync_groups_median": statistics.median(g for _, _, g in rounds),
+        "target_per_s": TARGET_GROUP_PER_S,
+        "target_ratio": TARGET_GROUP_RATIO,
+        "meets_target": b_rate >= TARGET_GROUP_PER_S and ratio >= TARGET_GROUP_RATIO,
+        "filesystem_dir": str(Path(base_dir or tempfile.gettempdir()).resolve()),
+    }
+
+
+class _SlowSteps(logging.Handler):
+    """Collects asyncio debug mode's "Executing <step> took N seconds" reports."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.durations: list[float] = []
+        self.worst = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == "Executing %s took %.3f seconds" and len(record.args or ()) == 2:
+            assert isinstance(record.args, tuple)
+            seconds = float(record.args[1])
+            if not self.durations or seconds > max(self.durations):
+                self.worst = str(record.args[0])[:160]
+            self.durations.append(seconds)
+
+
+async def _watched(work: Any, *, debug: bool) -> dict[str, Any]:
+    """Run ``work()``: in debug mode, count the steps over 20 ms; else, the monitor's worst."""
+    loop = asyncio.get_running_loop()
+    handler = _SlowSteps()
+    asyncio_logger = logging.getLogger("asyncio")
+    monitor = LoopStallMonitor(tick=0.002, late_threshold=0.002)
+    if debug:
+        loop.set_debug(True)
+        loop.slow_callback_duration = TARGET_STEP_S
+        asyncio_logger.addHandler(handler)
+    else:
+        monitor.start()
+    try:
+        await asyncio.sleep(0.01)
+        started = time.perf_counter()
+        await work()
+        elapsed = time.perf_counter() - started
+        await asyncio.sleep(0.01)
+    finally:
+        monitor.stop()
+        asyncio_logger.removeHandler(handler)
+        loop.set_debug(False)
+    if debug:
+        return {
+            "elapsed_s": round(elapsed, 4),
+            "steps_over_20ms": len(handler.durations),
+            "worst_slow_step_ms": round(max(handler.durations, default=0.0) * 1000, 1),
+            "worst_slow_step": handler.worst or None,
+        }
+    stats = monitor.statistics()
+    worst = max(monitor.stalls(), key=lambda stall: stall.duration, default=None)
+    return {
+        "elapsed_s": round(elapsed, 4),
+        "worst_step_ms": round(stats.longest_stall_seconds * 1000, 1),
+        "gc_in_worst_ms": None if worst is None else round(worst.gc_seconds * 1000, 1),
+    }
+
+
+def _scenario(make: Any, *, label: str) -> dict[str, Any]:
+    """``make(debug)`` returns a fresh ``(work, cleanup)``; run it twice (debug, then monitor),
+    each after a full collection of the garbage its setup made."""
+    passes: dict[str, Any] = {}
+    for debug in (True, False):
+        work, cleanup = make(debug)
+        try:
+            gc.collect()
+            passes["debug" if debug else "monitor"] = asyncio.run(_watched(work, debug=debug))
+        finally:
+            cleanup()
+    steps = passes["debug"]["steps_over_20ms"]
+    worst = passes["monitor"]["worst_step_ms"]
+    return {
+        "scenario": label,
+        **passes,
+        "meets_target": steps == 0 and worst <= TARGET_STEP_S * 1000,
+    }
+
+
+def measure_loop_steps(
+    concurrent: int, bulk: int, control: int, base_dir: str | None
+) -> dict[str, Any]:
+    """The longest loop step while the ledger records (see the module text)."""
+    root = Path(tempfile.mkdtemp(prefix="rxmesh-bench-ledger-", dir=base_dir))
+    serial = iter(range(1_000_000))
+
+    def concurrently(debug: bool) -> tuple[Any, Any]:
+        ledger = PendingWriteLedger(root / f"c{next(serial)}")
+        many = _intents(concurrent, "bench/c/d")
+
+        async def work() -> None:
+            tasks: list[asyncio.Task[bool]] = []
+            for start in range(0, len(many), 50):  # the callers arrive, 50 per step
+                chunk = many[start : start + 50]
+                tasks.extend(asyncio.create_task(ledger.record_durably(i)) for i in chunk)
+                await asyncio.sleep(0)
+            async with asyncio.timeout(600):
+                if not all(await asyncio.gather(*tasks)):
+                    raise RuntimeError("not every intent was recorded")
+
+        return work, ledger.close
+
+    def one_bulk(debug: bool) -> tuple[Any, Any]:
+        ledger = PendingWriteLedger(root / f"b{next(serial)}")
+        nodes = _intents(bulk, "bench/bulk/n")
+
+        async def work() -> None:
+            async with asyncio.timeout(600):
+                results = await ledger.record_many_durably(nodes)
+            if not all(result is True for result in results):
+                raise RuntimeError("the bulk was not recorded")
+
+        return work, ledger.close
+
+    def sync_in_one_step(debug: bool) -> tuple[Any, Any]:
+        ledger = PendingWriteLedger(root / f"s{next(serial)}")
+        blocking = _intents(control, "bench/sync/n")
+
+        async def work() -> None:
+            for intent in blocking:  # one step, as the mesh's bulk arm called record()
+                ledger.record(intent)
+
+        return work, ledger.close
+
+    try:
+        rows = [
+            _scenario(concurrently, label=f"{concurrent} concurrent record_durably"),
+            _scenario(one_bulk, label=f"one record_many_durably of {bulk}"),
+            _scenario(sync_in_one_step, label=f"CONTROL: {control} sync record() in one step"),
+        ]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "bench": "ledger",
+        "measure": "loop_steps",
+        "target_ms": TARGET_STEP_S * 1000,
+        "scenarios": rows,
+        "meets_target": rows[0]["meets_target"] and rows[1]["meets_target"],
+        "control_caught": not rows[2]["meets_target"],
     }
 
 
@@ -236,9 +466,16 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--records", type=int, default=2_000)
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--in-flight", type=int, default=500)
+    parser.add_argument("--bulk", type=int, default=10_000)
+    parser.add_argument("--control", type=int, default=1_000)
     parser.add_argument("--dir", default=None, help="where the journals are written")
     args = parser.parse_args(argv[1:])
     print(json.dumps(measure_records(args.records, args.repeats, args.dir)), flush=True)
+    group = measure_group_commit(args.records, args.in_flight, args.repeats, args.dir)
+    print(json.dumps(group), flush=True)
+    steps = measure_loop_steps(args.in_flight, args.bulk, args.control, args.dir)
+    print(json.dumps(steps), flush=True)
     print(json.dumps(measure_recovery(args.pending)), flush=True)
 
 

@@ -354,7 +354,8 @@ class Journal:
             os.close(fd)
         return b"".join(chunks)
 
-    def _exists(self, name: str) -> bool:
+    def exists(self, name: str) -> bool:
+        """Whether the directory has an entry ``name`` (of any kind)."""
         try:
             os.stat(name, dir_fd=self._fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -369,7 +370,7 @@ class Journal:
         target = f"{name}.corrupt"
         try:
             suffix = itertools.count(1)
-            while self._exists(target):
+            while self.exists(target):
                 target = f"{name}.{next(suffix)}.corrupt"
             os.replace(name, target, src_dir_fd=directory, dst_dir_fd=directory)
             os.fsync(directory)

@@ -2,39 +2,52 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 from loguru import logger
 from reactivex import Observable, abc
-from reactivex.subject import Subject
 
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
+from rxmesh.ledger._core import _NOTHING, Format, LedgerCore, RecordResult, _Record
 from rxmesh.ledger._journal import Journal
+from rxmesh.ledger._log import Log
 from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
+from rxmesh.ledger._writer import Writer
 from rxmesh.operations import Verdict
 
-__all__ = ["JOURNAL_DIR_ENV", "PendingWriteHeldError", "PendingWriteLedger"]
+__all__ = ["JOURNAL_DIR_ENV", "PendingWriteHeldError", "PendingWriteLedger", "RecordResult"]
 
 JOURNAL_DIR_ENV = "RXMESH_PENDING_WRITES_DIR"
 """Environment variable naming the journal directory when the constructor is given none."""
 
-_Key = tuple[str, str]  # (path, request_id)
 
-
-class PendingWriteLedger:
+class PendingWriteLedger(LedgerCore):
     """Holds the creates the store could not be reached for, until each is re-issued once.
 
     One intent per path. A second record for the same path by the SAME requester replaces the
     first, and the replaced intent is settled at once (DROPPED, ``superseded_by`` naming the
     request that replaced it); another requester's record is refused with
     :class:`PendingWriteHeldError` while the first is outstanding. So every recorded intent gets
-    exactly one verdict on :attr:`outcomes`. With a journal
-    directory (argument, else env ``RXMESH_PENDING_WRITES_DIR``) every intent is also a file,
-    written durably before :meth:`record` returns and deleted when the intent is settled; the
-    constructor loads the intents a previous process left. Without one, intents live for the
-    process. Thread-safe; :meth:`record` is synchronous (it may block briefly for ``fsync``).
+    exactly one verdict on :attr:`outcomes`. With a journal directory (argument, else env
+    ``RXMESH_PENDING_WRITES_DIR``) every intent is also written durably before its record
+    returns, and removed when the intent is settled; the constructor loads the intents a previous
+    process left (both formats, see docs/pending-writes.md). Without one, intents live for the
+    process. Thread-safe.
+
+    Two ways to record:
+
+    - ``await`` :meth:`record_durably` / :meth:`record_many_durably` (from a coroutine): the
+      durable step runs on the journal's writer thread, and concurrent records share one
+      ``fdatasync`` of the log (group commit); the event loop is never blocked by the disk.
+    - :meth:`record` (synchronous, any thread): blocks its caller for the durable step (one file
+      per intent, two ``fsync``\\ s), as before.
+
+    Call :meth:`close` when done with a journaled ledger: it commits what is queued, stops the
+    writer thread and releases the directory (a ledger never closed leaves no thread for long and
+    never holds up interpreter exit).
 
     Args:
         journal_dir: a directory on a volume that is NOT the database, private to this user
@@ -47,61 +60,73 @@ class PendingWriteLedger:
     """
 
     def __init__(self, journal_dir: str | os.PathLike[str] | None = None) -> None:
+        super().__init__()
         if journal_dir is None:
             journal_dir = os.environ.get(JOURNAL_DIR_ENV) or None
         elif not os.fspath(journal_dir):
             journal_dir = None  # "" means in memory, whatever the environment says
-        self._lock = threading.RLock()
-        self._pending: dict[str, PendingWrite] = {}
-        self._in_flight: dict[_Key, PendingWrite] = {}
-        # path -> the newest outstanding intent (pending or in flight): it owns the path's file
-        # and is the path's holder (another requester cannot record over it).
-        self._newest: dict[str, PendingWrite] = {}
-        self._subject: Subject[PendingWriteOutcome] = Subject()
-        self._counts: dict[str, int] = {
-            "loaded": 0,
-            "recorded": 0,
-            "replaced": 0,
-            "taken": 0,
-            "quarantined": 0,
-            "superseded": 0,
-            "held": 0,
-            Verdict.LANDED: 0,
-            Verdict.ALREADY_PRESENT: 0,
-            Verdict.DROPPED: 0,
-        }
-        self._journal = None if journal_dir is None else Journal(journal_dir)
-        if self._journal is not None:
-            try:
-                intents, quarantined = self._journal.load()
-            except OSError as exc:
-                self._journal.close()
-                raise JournalError(
-                    f"cannot read pending-write journal {str(self._journal.directory)!r}: {exc}",
-                    path=str(self._journal.directory),
-                ) from exc
-            except BaseException:
-                self._journal.close()
-                raise
-            for intent in intents:
-                self._pending[intent.path] = intent
-                self._newest[intent.path] = intent
-            self._counts["loaded"] = len(intents)
-            self._counts["quarantined"] = quarantined
-            logger.bind(journal_dir=str(self._journal.directory)).info(
-                "pending-write journal {} loaded: {} intent(s), {} quarantined",
-                str(self._journal.directory),
-                len(intents),
-                quarantined,
-            )
+        if journal_dir is None:
+            return
+        journal = self._journal = Journal(journal_dir)
+        try:
+            self._load(journal)
+        except OSError as exc:
+            journal.close()
+            raise JournalError(
+                f"cannot read pending-write journal {str(journal.directory)!r}: {exc}",
+                path=str(journal.directory),
+            ) from exc
+        except BaseException:
+            journal.close()
+            raise
+
+    def _load(self, journal: Journal) -> None:
+        files, quarantined = journal.load()
+        log = self._log = Log(journal)
+        logged, log_quarantined = log.load()
+        loaded: dict[str, tuple[PendingWrite, Format]] = {i.path: (i, "file") for i in files}
+        dropped: set[str] = set()
+        for intent in logged:
+            other = loaded.get(intent.path)
+            # Both formats hold the path only after a crash mid-way; the newer intent wins.
+            if other is not None and other[0].recorded_at >= intent.recorded_at:
+                dropped.add(intent.path)
+                continue
+            if other is not None:
+                journal.remove(intent.path)
+            loaded[intent.path] = (intent, "log")
+        if log.has_segments or dropped:
+            log.rewrite(dropped)  # one fresh snapshot segment; the old ones are deleted
+        for intent, fmt in sorted(loaded.values(), key=lambda entry: entry[0].recorded_at):
+            self._pending[intent.path] = intent
+            self._newest[intent.path] = intent
+            self._format[intent.path] = fmt
+        self._counts["loaded"] = len(loaded)
+        self._counts["quarantined"] = quarantined + log_quarantined
+        self._writer = Writer(journal, log, self._complete)
+        logger.bind(journal_dir=str(journal.directory)).info(
+            "pending-write journal {} loaded: {} intent(s) ({} from the log), {} quarantined",
+            str(journal.directory),
+            len(loaded),
+            sum(1 for _, fmt in loaded.values() if fmt == "log"),
+            quarantined + log_quarantined,
+        )
 
     def close(self) -> None:
-        """Release the journal directory this ledger holds open; idempotent.
+        """Commit what is queued, stop the writer thread, release the directory; idempotent.
 
         Intents already journaled stay on disk for the next process. After closing, recording an
         intent durably fails with :class:`JournalError` (the mesh then answers that the write will
         not be re-issued). A ledger in memory has nothing to close.
         """
+        with self._lock:
+            for ticket in list(self._open):  # a bulk being decided: it records nothing
+                self._abandon(ticket, self._closed_error())
+            self._closed = True
+        if self._writer is not None:
+            self._writer.close()  # not under the lock: the thread takes it to complete tickets
+        if self._log is not None:
+            self._log.close()
         if self._journal is not None:
             self._journal.close()
 
@@ -124,21 +149,32 @@ class PendingWriteLedger:
         return Observable(subscribe)
 
     def journal_file(self, path: str) -> Path | None:
-        """Where the intent for node ``path`` is (or would be) journaled; ``None`` in memory."""
-        return None if self._journal is None else self._journal.file_for(path)
+        """Where the intent for node ``path`` is (or would be) journaled: its own file (format 1)
+        or the log segment holding it (format 2); ``None`` in memory."""
+        if self._journal is None:
+            return None
+        segment = self._log.segment if self._log is not None else None
+        if self._format.get(path) == "log" and segment is not None:
+            return segment
+        return self._journal.file_for(path)
 
     def record(self, intent: PendingWrite) -> bool:
-        """Record ``intent``, durably when there is a journal, before returning.
+        """Record ``intent``, durably when there is a journal, before returning (blocking).
 
         The rules, per path (SPEC §5.1):
 
         - the very intent being re-issued (same path and request id, taken and not settled), or
           one already pending unchanged: nothing happens (a re-issue is never recorded again);
-        - another requester's intent for the path is outstanding (pending or being re-issued):
-          refused with :class:`PendingWriteHeldError`; the first one stands;
+        - another requester's intent for the path is outstanding (pending, being re-issued, or
+          being recorded): refused with :class:`PendingWriteHeldError`; the first one stands;
         - an earlier pending intent of the same requester with another request id: replaced
           (file and memory), and settled at once as DROPPED with ``superseded_by`` naming
           ``intent.request_id`` (published on :attr:`outcomes`).
+
+        A new path gets its own journal file (format 1): temp file, ``fsync``, rename, ``fsync``
+        of the directory, on the caller's thread. A path whose intent is in the log, or still
+        being recorded, goes through the writer thread (the caller waits), so one path's durable
+        steps stay in order.
 
         Returns:
             whether the intent was recorded (``False``: it is already pending or being re-issued).
@@ -150,64 +186,108 @@ class PendingWriteLedger:
         """
         superseded: PendingWriteOutcome | None = None
         with self._lock:
-            if (intent.path, intent.request_id) in self._in_flight:
-                logger.bind(path=intent.path, request_id=intent.request_id).debug(
-                    "pending write for {} is being re-issued; not recorded again", intent.path
-                )
+            holder = self._decide(intent)
+            if holder is _NOTHING:
                 return False
-            previous = self._pending.get(intent.path)
-            if previous == intent:
-                return False
-            holder = self._newest.get(intent.path)
-            if holder is not None and holder.requester != intent.requester:
-                self._counts["held"] += 1
-                raise PendingWriteHeldError(
-                    f"a pending write for {intent.path!r} by another requester (request "
-                    f"{holder.request_id}) is outstanding; the intent of request "
-                    f"{intent.request_id} is not recorded",
-                    path=intent.path,
-                    holder_request_id=holder.request_id,
-                )
-            if self._journal is not None:
-                self._journal.write(intent)
-            replaced = holder is not None
-            self._pending[intent.path] = intent
-            self._newest[intent.path] = intent
-            self._counts["recorded"] += 1
-            if replaced:
-                self._counts["replaced"] += 1
-            if previous is not None and previous.request_id != intent.request_id:
-                superseded = self._supersede(previous, intent, "before it was re-issued")
-        logger.bind(
-            path=intent.path,
-            requester=intent.requester,
-            request_id=intent.request_id,
-            journal_dir=None if self._journal is None else str(self._journal.directory),
-        ).info(
-            "pending write recorded for {} by {} ({}){}",
-            intent.path,
-            intent.requester,
-            "durable" if self._journal is not None else "in memory",
-            "; it replaces the earlier intent for that path" if replaced else "",
-        )
-        if superseded is not None:
-            self._publish(superseded)
-        return True
+            assert holder is None or isinstance(holder, PendingWrite)
+            fmt = self._format.get(intent.path, "file") if holder is not None else "file"
+            direct = self._journal is None or (fmt == "file" and intent.path not in self._reserving)
+            if direct:
+                if self._journal is not None:
+                    self._journal.write(intent)
+                    self._format[intent.path] = "file"
+                previous = self._pending.get(intent.path)
+                self._pending[intent.path] = intent
+                self._newest[intent.path] = intent
+                self._counts["recorded"] += 1
+                if holder is not None:
+                    self._counts["replaced"] += 1
+                if previous is not None and previous.request_id != intent.request_id:
+                    superseded = self._supersede(previous, intent, "before it was re-issued")
+            else:
+                ticket = self._submit([intent], fmt_for_new="file", encode=True, loop=None)
+        if direct:
+            self._log_recorded(intent, holder is not None)
+            if superseded is not None:
+                self._publish(superseded)
+            return True
+        (result,), outcomes = self._wait(ticket)
+        self._publish_all(outcomes)
+        if not isinstance(result, bool):
+            raise result
+        return result
 
-    def _supersede(self, old: PendingWrite, new: PendingWrite, when: str) -> PendingWriteOutcome:
-        """Count ``old`` settled DROPPED, superseded by ``new`` (same requester and path); the
-        caller publishes the outcome once it has left the lock."""
-        self._counts["superseded"] += 1
-        self._counts[Verdict.DROPPED] += 1
-        return PendingWriteOutcome(
-            intent=old,
-            verdict=Verdict.DROPPED,
-            detail=(
-                f"superseded by request {new.request_id} of the same requester for the same "
-                f"path, {when}; that request carries the write"
-            ),
-            superseded_by=new.request_id,
-        )
+    async def record_durably(self, intent: PendingWrite) -> bool:
+        """Record ``intent``; return once it is durable (or in memory, without a journal).
+
+        The same rules as :meth:`record`, decided when this is called, before anything is
+        written: two concurrent records of one path resolve as two sequential ones. The durable
+        step is an entry in the journal's log, committed by the writer thread in one group with
+        every record made meanwhile (one ``fdatasync`` for all of them). The event loop is never
+        blocked by the disk. An outcome of an intent it replaced is published on the loop before
+        this returns. Cancelling the caller does not undo the record.
+
+        Returns:
+            ``True`` once the intent is durable; ``False`` if it was already pending unchanged or
+            is being re-issued (nothing written).
+
+        Raises:
+            PendingWriteHeldError: another requester's intent for the path is outstanding
+                (raised before anything is written).
+            JournalError: the intent cannot be encoded (raised before anything is written), the
+                ledger is closed, or the log could not be made durable: the intent is NOT
+                recorded (and nothing it would have replaced was settled).
+        """
+        (result,) = await self._record_async([intent], bulk=False)
+        if not isinstance(result, bool):
+            raise result
+        return result
+
+    async def record_many_durably(self, intents: Iterable[PendingWrite]) -> list[RecordResult]:
+        """Record every intent of a bulk in ONE durable step; one result per intent, in order.
+
+        Each intent is decided as :meth:`record_durably` decides it, in order, before anything
+        is written; every admitted one is encoded on the writer thread (not on the loop) and
+        appended to the log in the same group, with one ``fdatasync``.
+
+        Returns:
+            per intent: ``True`` (recorded, durable), ``False`` (already pending unchanged or
+            being re-issued), or the exception that says why it is NOT recorded:
+            :class:`PendingWriteHeldError` (another requester holds the path) or
+            :class:`JournalError` (it cannot be encoded, or the group could not be made durable).
+
+        Raises:
+            JournalError: the ledger is closed (nothing recorded).
+        """
+        return await self._record_async(list(intents), bulk=True)
+
+    async def _record_async(self, intents: list[PendingWrite], *, bulk: bool) -> list[RecordResult]:
+        if self._journal is None:  # in memory: nothing to wait for
+            results: list[RecordResult] = []
+            for intent in intents:
+                try:
+                    results.append(self.record(intent))
+                except PendingWriteHeldError as exc:
+                    if not bulk:
+                        raise
+                    results.append(exc)
+            return results
+        loop = asyncio.get_running_loop()
+        if not bulk:
+            with self._lock:
+                ticket = self._submit(intents, fmt_for_new="log", encode=True, loop=loop)
+        else:
+            ticket = await self._admit_bulk(intents, loop)
+        context = ticket.context
+        assert isinstance(context, _Record)
+        if not ticket.queued:
+            return context.results
+        assert ticket.waiter is not None
+        # A cancelled caller cancels only this wait: the record completes (and publishes).
+        answer = await ticket.waiter
+        assert isinstance(answer, tuple)
+        done: list[RecordResult] = answer[0]
+        return done
 
     def take_all(self) -> list[PendingWrite]:
         """Take every pending intent out for re-issue (oldest first).
@@ -236,9 +316,11 @@ class PendingWriteLedger:
             if self._in_flight.pop((intent.path, intent.request_id), None) is None:
                 return False
             newest = self._newest.get(intent.path)
-            if newest is None or newest.request_id == intent.request_id:
+            reserved = intent.path in self._reserving  # a record not yet durable: not newer yet
+            if newest is None or newest.request_id == intent.request_id or reserved:
                 self._pending[intent.path] = intent
-                self._newest[intent.path] = intent
+                if not reserved:
+                    self._newest[intent.path] = intent
                 return True
             superseded = self._supersede(intent, newest, "while its re-issue was abandoned")
         self._publish(superseded)
@@ -287,16 +369,23 @@ class PendingWriteLedger:
                     )
                 del self._pending[intent.path]
             newest = self._newest.get(intent.path)
-            owns_file = newest is not None and newest.request_id == intent.request_id
+            owns_file = (
+                newest is not None
+                and newest.request_id == intent.request_id
+                and intent.path not in self._reserving  # else that record's step decides
+            )
             if owns_file:
                 del self._newest[intent.path]
-                if self._journal is not None:
+                fmt = self._format.pop(intent.path, "file")
+                if self._journal is not None and fmt == "file":
                     # Under the lock: a record for this path must not land between the check
                     # and the unlink (its new file would be deleted).
                     try:
                         self._journal.remove(intent.path)
                     except JournalError as exc:
                         failure = exc
+                elif self._journal is not None:
+                    self._remove_logged(intent.path)
             self._counts[outcome.verdict] += 1
         self._publish(outcome)  # outside the lock: subscribers may call back into the ledger
         if failure is not None:
@@ -318,42 +407,6 @@ class PendingWriteLedger:
                 return taken
             pending = self._pending.get(path)
             return pending if pending is not None and pending.request_id == request_id else None
-
-    def _publish(self, outcome: PendingWriteOutcome) -> None:
-        intent = outcome.intent
-        bound = logger.bind(
-            path=intent.path,
-            requester=intent.requester,
-            request_id=intent.request_id,
-            verdict=outcome.verdict.value,
-            reason=None if outcome.reason is None else outcome.reason.value,
-            superseded_by=outcome.superseded_by,
-        )
-        if outcome.superseded_by is not None:
-            bound.info(
-                "pending write for {} by {} (request {}) settled DROPPED: superseded by request "
-                "{} of the same requester, which carries the write",
-                intent.path,
-                intent.requester,
-                intent.request_id,
-                outcome.superseded_by,
-            )
-        elif outcome.verdict is Verdict.DROPPED:
-            bound.warning(
-                "pending write for {} by {} DROPPED: the re-issue was refused ({}): {}",
-                intent.path,
-                intent.requester,
-                outcome.reason.value if outcome.reason is not None else "no reason",
-                outcome.detail,
-            )
-        else:
-            bound.info(
-                "pending write for {} by {} settled {}",
-                intent.path,
-                intent.requester,
-                outcome.verdict.value,
-            )
-        self._subject.on_next(outcome)
 
     def pending(self) -> tuple[PendingWrite, ...]:
         """The intents recorded and not yet taken, oldest first."""
@@ -383,6 +436,7 @@ class PendingWriteLedger:
                 quarantined=counts["quarantined"],
                 superseded=counts["superseded"],
                 held=counts["held"],
+                group_commits=0 if self._writer is None else self._writer.groups,
             )
 
     def __repr__(self) -> str:

@@ -90,7 +90,9 @@ class LedgerStatistics:
         landed: settled LANDED.
         already_present: settled ALREADY_PRESENT.
         dropped: settled DROPPED.
-        quarantined: journal files moved aside as ``*.corrupt``.
+        quarantined: journal files, log segments or log entries moved aside as ``*.corrupt``.
+        group_commits: groups the journal's writer thread made durable (at most one log
+            ``fdatasync`` each, however many records shared it).
     """
 
     journal_dir: str | None
@@ -106,6 +108,7 @@ class LedgerStatistics:
     quarantined: int
     superseded: int = 0
     held: int = 0
+    group_commits: int = 0
 
     @property
     def settled(self) -> int:

@@ -1,0 +1,67 @@
+"""How a settled intent is told: counted, logged, published on the ledger's outcomes."""
+
+from __future__ import annotations
+
+from loguru import logger
+from reactivex.subject import Subject
+
+from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
+from rxmesh.operations import Verdict
+
+__all__ = ["publish", "superseded"]
+
+
+def superseded(
+    counts: dict[str, int], old: PendingWrite, new: PendingWrite, when: str
+) -> PendingWriteOutcome:
+    """Count ``old`` settled DROPPED, superseded by ``new`` (same requester and path); the
+    caller publishes the outcome once it has left the ledger's lock."""
+    counts["superseded"] += 1
+    counts[Verdict.DROPPED] += 1
+    return PendingWriteOutcome(
+        intent=old,
+        verdict=Verdict.DROPPED,
+        detail=(
+            f"superseded by request {new.request_id} of the same requester for the same "
+            f"path, {when}; that request carries the write"
+        ),
+        superseded_by=new.request_id,
+    )
+
+
+def publish(subject: Subject[PendingWriteOutcome], outcome: PendingWriteOutcome) -> None:
+    """Log ``outcome`` (INFO; WARNING for a refused re-issue) and publish it on ``subject``."""
+    intent = outcome.intent
+    bound = logger.bind(
+        path=intent.path,
+        requester=intent.requester,
+        request_id=intent.request_id,
+        verdict=outcome.verdict.value,
+        reason=None if outcome.reason is None else outcome.reason.value,
+        superseded_by=outcome.superseded_by,
+    )
+    if outcome.superseded_by is not None:
+        bound.info(
+            "pending write for {} by {} (request {}) settled DROPPED: superseded by request "
+            "{} of the same requester, which carries the write",
+            intent.path,
+            intent.requester,
+            intent.request_id,
+            outcome.superseded_by,
+        )
+    elif outcome.verdict is Verdict.DROPPED:
+        bound.warning(
+            "pending write for {} by {} DROPPED: the re-issue was refused ({}): {}",
+            intent.path,
+            intent.requester,
+            outcome.reason.value if outcome.reason is not None else "no reason",
+            outcome.detail,
+        )
+    else:
+        bound.info(
+            "pending write for {} by {} settled {}",
+            intent.path,
+            intent.requester,
+            outcome.verdict.value,
+        )
+    subject.on_next(outcome)
