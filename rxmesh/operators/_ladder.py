@@ -223,9 +223,7 @@ class ReopenLadder:
         """A validated schedule (``TypeError``/``ValueError`` naming the bad argument)."""
         steps = validate_ladder("backoff", backoff, allow_empty=False)
         if isinstance(max_consecutive, bool) or not isinstance(max_consecutive, int):
-            raise TypeError(
-                f"max_consecutive must be an int, got {type(max_consecutive).__name__}"
-            )
+            raise TypeError(f"max_consecutive must be an int, got {type(max_consecutive).__name__}")
         if max_consecutive < 0:
             raise ValueError(f"max_consecutive must be >= 0, got {max_consecutive}")
         require_callable("is_transient", is_transient)
