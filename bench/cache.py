@@ -1,28 +1,45 @@
-"""Fan-out cost of the synced-query cache, against a bare reactivex ``Subject``.
+"""The synced-query cache: its fan-out, and live queries at scale on PostgreSQL (issue 16).
 
-One query, N subscribers (10,000 by default) through ``SyncedQueryCache.get``: asserts that ONE
-upstream was opened, then times the delivery of one delta to all N, against a bare ``Subject``
-with N observers in the same run. Rounds are interleaved and the median of each side is taken.
-Prints one JSON line: the upstream count, both medians, the ratio, the target 1.5.
+Fan-out (no server): one query, N subscribers (10,000 by default) through
+``SyncedQueryCache.get``: asserts that ONE upstream was opened, then times the delivery of one
+delta to all N, against a bare ``Subject`` with N observers in the same run. Rounds are
+interleaved and the median of each side is taken. One JSON line (``"bench": "cache"``).
 
     python bench/cache.py [SUBSCRIBERS] [REPEATS]
+
+Live queries (PostgreSQL at ``--dsn``, default ``RXMESH_TEST_DSN``): see :func:`measure_live`.
+
+    python bench/cache.py live [--rows 10000,50000] [--writers 1,8] [--seconds 3] [--repeat 3]
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import functools
 import gc
 import json
+import logging
+import os
+import re
 import statistics
 import sys
 import time
+import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import asyncpg
 from reactivex import Observable, abc
 from reactivex.subject import Subject
 from reactivex.testing import TestScheduler
 
+from rxmesh import Mesh
+from rxmesh.aio import first_value
 from rxmesh.cache import SyncedQueryCache
-from rxmesh.model import MeshNode, NodeQuery, QueryFrame
+from rxmesh.diagnosis import LoopStallMonitor
+from rxmesh.model import FrameKind, MeshNode, NodeQuery, QueryFrame
+from rxmesh.providers.postgres import PostgresStore
 
 TARGET_RATIO = 1.5
 
@@ -110,9 +127,488 @@ def measure(subscribers: int = 10_000, repeats: int = 15) -> dict[str, Any]:
     }
 
 
+# -- live queries on PostgreSQL (issue 16) --------------------------------------------------------
+
+DEFAULT_DSN = os.environ.get("RXMESH_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+PARTITION = "bench"
+LATENCY_TARGETS = {"p50": 1.5, "p99": 2.0}
+"""``mesh.live`` delta latency over ``store.query``'s, measured on the same commits."""
+READ_TARGET = 2.0
+"""An Initial, or a gap's recovery, over the raw asyncpg fetch of the same rows."""
+STALL_LIMIT_SECONDS = 0.02
+_HERE = os.path.abspath(__file__)
+_COLUMNS = ("path", "node_type", "content", "created_by", "created_at", "version", "request_id")
+_SLOW = re.compile(r"Executing (?P<step>.*) took (?P<seconds>[0-9.]+) seconds", re.S)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+class _Arrivals:
+    """A live-query observer that notes when each of one run's rows arrived (and its Initial)."""
+
+    def __init__(self, tag: str) -> None:
+        self.prefix = f"{PARTITION}/{tag}"
+        self.at: dict[str, float] = {}
+        self.sent: dict[str, float] = {}
+        self.initial: float | None = None
+        self.frames = 0
+        self.errors: list[Exception] = []
+
+    def __call__(self, frame: QueryFrame) -> None:
+        now = time.time()
+        if frame.kind is FrameKind.INITIAL:
+            self.initial = now
+            return
+        self.frames += 1
+        for node in frame.nodes:
+            if node.path.startswith(self.prefix) and node.path not in self.at:
+                self.at[node.path] = now
+                content = node.content
+                sent = content.get("t") if isinstance(content, dict) else None
+                if isinstance(sent, float):
+                    self.sent[node.path] = sent
+
+    def latencies(self) -> list[float]:
+        return [self.at[path] - sent for path, sent in self.sent.items()]
+
+
+async def _writer_main(args: list[str]) -> None:
+    """The load: ``writers`` connections INSERTing rows one by one for ``seconds`` (a process of
+    its own, so the observer's loop measures only the observer). Prints ``{"written": N}``."""
+    dsn, schema, writers, seconds, tag = args[0], args[1], int(args[2]), float(args[3]), args[4]
+    conns = [await asyncpg.connect(dsn) for _ in range(writers)]
+    sql = (
+        f'INSERT INTO "{schema}".nodes (path, node_type, content, version)'
+        " VALUES ($1, $2, $3::jsonb, 1)"
+    )
+    counts = [0] * writers
+    stop = time.monotonic() + seconds
+
+    async def write(k: int) -> None:
+        while time.monotonic() < stop:
+            path = f"{PARTITION}/{tag}w{k}n{counts[k]:07d}"
+            await conns[k].execute(sql, path, "Row", json.dumps({"t": time.time()}))
+            counts[k] += 1
+
+    try:
+        await asyncio.gather(*(write(k) for k in range(writers)))
+    finally:
+        for conn in conns:
+            await conn.close()
+    print(json.dumps({"written": sum(counts)}))
+
+
+class _Lab:
+    """One store, one mesh, one partition of ``rows`` rows, under a prefix of the bench's own."""
+
+    def __init__(self, dsn: str, rows: int) -> None:
+
+        self.dsn = dsn
+        self.rows = rows
+        self.prefix = f"rxb{uuid.uuid4().hex[:8]}_"
+        self.store = PostgresStore(
+            dsn, schema_prefix=self.prefix, max_size=4, reconnect_backoff=(0.05,)
+        )
+        self.mesh_type = Mesh
+        self.mesh = self.new_mesh()
+        self.query = NodeQuery(partition=PARTITION)
+        self.selects = 0
+
+    def new_mesh(self) -> Any:
+        return self.mesh_type(self.store, record_pending_writes=False, recover_pending_writes=False)
+
+    @property
+    def schema(self) -> str:
+        return str(self.store.schema_of(PARTITION))
+
+    async def __aenter__(self) -> _Lab:
+        await self.store.start()
+        select = self.store._select_rows
+
+        async def counting(query: NodeQuery) -> Any:  # bench-only: count the reads
+            self.selects += 1
+            return await select(query)
+
+        self.store._select_rows = counting  # type: ignore[method-assign]
+        await self.store.awrite(MeshNode(path=f"{PARTITION}/seed", node_type="Row", version=1))
+        records = [
+            (f"{PARTITION}/r{i:06d}", "Row", json.dumps({"i": i}), None, None, 1, None)
+            for i in range(self.rows - 1)
+        ]
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.copy_records_to_table(
+                "nodes", schema_name=self.schema, records=records, columns=_COLUMNS
+            )
+        finally:
+            await conn.close()
+        # Let the load's notifications pass before anyone listens: wait for a marker's.
+        marker = f"{PARTITION}/marker{uuid.uuid4().hex[:6]}"
+        seen = asyncio.Event()
+        evidence = self.store.answers_again.subscribe(
+            lambda e: seen.set() if getattr(e, "path", None) == marker else None
+        )
+        try:
+            await self.store.awrite(MeshNode(path=marker, node_type="Row", version=1))
+            async with asyncio.timeout(60):
+                await seen.wait()
+        finally:
+            evidence.dispose()
+        self.rows += 1  # the marker
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.mesh.queries.dispose()
+        self.mesh.dispose()
+        await self.store.close()
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+        finally:
+            await conn.close()
+
+    async def raw_fetch(self) -> float:
+        """The baseline: the same SELECT through a raw asyncpg connection, rows left as Records."""
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            started = time.perf_counter()
+            rows = await conn.fetch(
+                "SELECT path, node_type, content::text AS content, created_by, created_at,"
+                f' version, request_id FROM "{self.schema}".nodes'
+                " WHERE ($1 = '' OR path = $1 OR starts_with(path, $1 || '/'))"
+                " AND ($2::text IS NULL OR node_type = $2) ORDER BY path",
+                "",
+                None,
+            )
+            elapsed = time.perf_counter() - started
+        finally:
+            await conn.close()
+        if len(rows) != self.rows:
+            raise AssertionError(f"the raw fetch read {len(rows)} rows, not {self.rows}")
+        return elapsed
+
+    async def sql(self, statement: str, *args: object) -> Any:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            return await conn.fetchval(statement, *args)
+        finally:
+            await conn.close()
+
+
+async def _until(predicate: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``predicate`` until it holds (True) or ``timeout`` seconds pass (False)."""
+    try:
+        async with asyncio.timeout(timeout):
+            while not predicate():  # noqa: ASYNC110 - observers on another stream, bounded
+                await asyncio.sleep(0.005)
+    except TimeoutError:
+        return False
+    return True
+
+
+async def _latency(lab: _Lab, writers: int, seconds: float) -> dict[str, Any]:
+    """Delta latency of ``store.query`` and ``mesh.live``, subscribed side by side, while a writer
+    process commits rows one by one for ``seconds``."""
+    tag = uuid.uuid4().hex[:6]
+    raw, live = _Arrivals(tag), _Arrivals(tag)
+    subscriptions = [
+        lab.store.query(lab.query).subscribe(raw, raw.errors.append),
+        lab.mesh.live(lab.query).subscribe(live, live.errors.append),
+    ]
+    try:
+        if not await _until(lambda: raw.initial is not None and live.initial is not None, 60):
+            raise AssertionError(f"no Initial within 60 s ({raw.errors or live.errors})")
+        writer = await asyncio.create_subprocess_exec(
+            sys.executable,
+            _HERE,
+            "writer",
+            lab.dsn,
+            lab.schema,
+            str(writers),
+            str(seconds),
+            tag,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await asyncio.wait_for(writer.communicate(), seconds + 60)
+        written = int(json.loads(out)["written"])
+        lab.rows += written
+        await _until(lambda: min(len(raw.at), len(live.at)) >= written, 1.0)  # 1 s after the end
+        within = {name: len(side.at) for name, side in (("store", raw), ("mesh", live))}
+        await _until(lambda: min(len(raw.at), len(live.at)) >= written, 30.0)
+    finally:
+        for subscription in subscriptions:
+            subscription.dispose()
+    if raw.errors or live.errors:
+        raise AssertionError(f"a live query failed: {raw.errors or live.errors}")
+    a, b = raw.latencies(), live.latencies()
+    row: dict[str, Any] = {
+        "bench": "live_delta_latency",
+        "rows": lab.rows,
+        "writers": writers,
+        "written": written,
+        "writes_per_s": round(written / seconds),
+        "store_p50_ms": _ms(_percentile(a, 0.5)),
+        "store_p99_ms": _ms(_percentile(a, 0.99)),
+        "mesh_p50_ms": _ms(_percentile(b, 0.5)),
+        "mesh_p99_ms": _ms(_percentile(b, 0.99)),
+        "store_delivered": round(len(raw.at) / written, 4) if written else 1.0,
+        "mesh_delivered": round(len(live.at) / written, 4) if written else 1.0,
+        "mesh_delivered_within_1s": round(within["mesh"] / written, 4) if written else 1.0,
+        "store_frames": raw.frames,
+        "mesh_frames": live.frames,
+    }
+    for q in ("p50", "p99"):
+        base = row[f"store_{q}_ms"]
+        row[f"{q}_ratio"] = round(row[f"mesh_{q}_ms"] / base, 3) if base else None
+        row[f"{q}_target"] = LATENCY_TARGETS[q]
+    return row
+
+
+async def _initials(lab: _Lab, repeat: int) -> dict[str, Any]:
+    """The Initial through ``store.query`` and through ``mesh.live`` (a fresh mesh each round),
+    against the raw fetch; interleaved, rotating the order each round."""
+
+    async def through_store() -> float:
+        started = time.perf_counter()
+        frame = await first_value(lab.store.query(lab.query), timeout=120)
+        elapsed = time.perf_counter() - started
+        assert len(frame.nodes) == lab.rows, len(frame.nodes)
+        return elapsed
+
+    async def through_mesh() -> float:
+        mesh = lab.new_mesh()
+        try:
+            started = time.perf_counter()
+            frame = await first_value(mesh.live(lab.query), timeout=120)
+            elapsed = time.perf_counter() - started
+        finally:
+            mesh.queries.dispose()
+            mesh.dispose()
+        assert len(frame.nodes) == lab.rows, len(frame.nodes)
+        return elapsed
+
+    sides: list[tuple[str, Callable[[], Awaitable[float]]]] = [
+        ("raw", lab.raw_fetch),
+        ("store", through_store),
+        ("mesh", through_mesh),
+    ]
+    times: dict[str, list[float]] = {name: [] for name, _ in sides}
+    gc_seconds: dict[str, list[float]] = {name: [] for name, _ in sides}
+    for round_ in range(repeat):
+        for name, side in sides[round_ % 3 :] + sides[: round_ % 3]:
+            gc.collect()
+            with _GcClock() as clock:
+                times[name].append(await side())
+            gc_seconds[name].append(clock.seconds)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    return {
+        "bench": "live_initial",
+        "rows": lab.rows,
+        "repeat": repeat,
+        "raw_fetch_ms": _ms(medians["raw"]),
+        "store_initial_ms": _ms(medians["store"]),
+        "mesh_initial_ms": _ms(medians["mesh"]),
+        "raw_fetch_gc_ms": _ms(statistics.median(gc_seconds["raw"])),
+        "store_initial_gc_ms": _ms(statistics.median(gc_seconds["store"])),
+        "mesh_initial_gc_ms": _ms(statistics.median(gc_seconds["mesh"])),
+        "store_ratio": round(medians["store"] / medians["raw"], 3),
+        "mesh_ratio": round(medians["mesh"] / medians["raw"], 3),
+        "mesh_ratio_spread": [
+            round(min(m / r for m, r in zip(times["mesh"], times["raw"], strict=True)), 3),
+            round(max(m / r for m, r in zip(times["mesh"], times["raw"], strict=True)), 3),
+        ],
+        "target_ratio": READ_TARGET,
+    }
+
+
+class _GcClock:
+    """Seconds spent in the cyclic garbage collector while installed (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, _: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+
+    def __enter__(self) -> _GcClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self)
+
+
+class _SlowSteps(logging.Handler):
+    """Collects asyncio debug mode's "Executing <step> took N seconds" reports."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.steps: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = _SLOW.search(record.getMessage())
+        if match:
+            self.steps.append((float(match["seconds"]), match["step"][:300]))
+
+
+def _moved_from(store: PostgresStore, pid: int | None) -> bool:
+    return store.feed_backend_pid not in (None, pid)
+
+
+def _arrived(path: str, *sides: _Arrivals) -> bool:
+    return all(path in side.at for side in sides)
+
+
+async def _gaps(lab: _Lab, repeat: int) -> dict[str, Any]:
+    """A gap on a live query of ``lab.rows`` rows, with ``store.query`` and ``mesh.live`` open:
+    the time from the declared gap to each receiving the row missed meanwhile, against the raw
+    fetch (interleaved); the re-selects it took; the worst loop step (asyncio debug mode and
+    rxmesh's LoopStallMonitor)."""
+    tag = uuid.uuid4().hex[:6]
+    raw, live = _Arrivals(tag), _Arrivals(tag)
+    declared: list[float] = []
+    subscriptions = [
+        lab.store.gaps.subscribe(lambda _: declared.append(time.time())),
+        lab.store.query(lab.query).subscribe(raw, raw.errors.append),
+        lab.mesh.live(lab.query).subscribe(live, live.errors.append),
+    ]
+    loop = asyncio.get_running_loop()
+    slow = _SlowSteps()
+    asyncio_log = logging.getLogger("asyncio")
+    monitor = LoopStallMonitor(tick=0.005, late_threshold=STALL_LIMIT_SECONDS)
+    recoveries: dict[str, list[float]] = {"store": [], "mesh": []}
+    fetches: list[float] = []
+    selects: list[int] = []
+    try:
+        if not await _until(lambda: raw.initial is not None and live.initial is not None, 120):
+            raise AssertionError(f"no Initial within 120 s ({raw.errors or live.errors})")
+        await asyncio.sleep(0.2)  # let the Initials' own work settle before measuring
+        asyncio_log.addHandler(slow)
+        loop.set_debug(True)
+        loop.slow_callback_duration = STALL_LIMIT_SECONDS
+        monitor.start(loop)
+        for round_ in range(repeat):
+            if round_ % 2 == 0:
+                fetches.append(await lab.raw_fetch())
+            pid = lab.store.feed_backend_pid
+            before, selected = len(declared), lab.selects
+            await lab.sql("SELECT pg_terminate_backend($1)", pid)
+            if not await _until(functools.partial(_moved_from, lab.store, pid), 30):
+                raise AssertionError("the listener was not lost")
+            missed = f"{PARTITION}/{tag}gap{round_}"
+            await lab.sql(
+                f'INSERT INTO "{lab.schema}".nodes (path, node_type, version) VALUES ($1, $2, 1)',
+                missed,
+                "Row",
+            )
+            lab.rows += 1
+            got = await _until(functools.partial(_arrived, missed, raw, live), 60)
+            if not got or len(declared) <= before:
+                raise AssertionError(f"gap {round_}: the missed row did not arrive")
+            recoveries["store"].append(raw.at[missed] - declared[before])
+            recoveries["mesh"].append(live.at[missed] - declared[before])
+            selects.append(lab.selects - selected)
+            if round_ % 2 == 1:
+                fetches.append(await lab.raw_fetch())
+    finally:
+        monitor.stop()
+        loop.set_debug(False)
+        asyncio_log.removeHandler(slow)
+        for subscription in subscriptions:
+            subscription.dispose()
+    if raw.errors or live.errors:
+        raise AssertionError(f"a live query failed: {raw.errors or live.errors}")
+    fetch = statistics.median(fetches)
+    worst_step = max(slow.steps, default=(0.0, ""))
+    rxmesh_steps = [step for step in slow.steps if "rxmesh" in step[1]]
+    worst_rxmesh = max(rxmesh_steps, default=(0.0, ""))
+    stats = monitor.statistics()
+    worst_stall = max(monitor.stalls(), key=lambda stall: stall.duration, default=None)
+    return {
+        "bench": "live_gap",
+        "rows": lab.rows,
+        "repeat": repeat,
+        "raw_fetch_ms": _ms(fetch),
+        "store_recovery_ms": _ms(statistics.median(recoveries["store"])),
+        "mesh_recovery_ms": _ms(statistics.median(recoveries["mesh"])),
+        "mesh_ratio": round(statistics.median(recoveries["mesh"]) / fetch, 3),
+        "mesh_ratio_spread": [
+            round(min(recoveries["mesh"]) / fetch, 3),
+            round(max(recoveries["mesh"]) / fetch, 3),
+        ],
+        "target_ratio": READ_TARGET,
+        "re_selects_per_gap": selects,
+        "subscriptions_per_gap": 2,
+        "slow_steps_over_20ms": len(slow.steps),
+        "worst_step_ms": _ms(worst_step[0]),
+        "worst_step": worst_step[1],
+        "worst_rxmesh_step_ms": _ms(worst_rxmesh[0]),
+        "worst_rxmesh_step": worst_rxmesh[1],
+        "longest_loop_stall_gc_ms": _ms(worst_stall.gc_seconds) if worst_stall else 0.0,
+        "loop_stalls_over_20ms_without_gc": sum(
+            1 for stall in monitor.stalls() if stall.duration - stall.gc_seconds > 0.02
+        ),
+        "loop_stalls_over_20ms": stats.stalls,
+        "longest_loop_stall_ms": _ms(stats.longest_stall_seconds),
+        "stall_limit_ms": _ms(STALL_LIMIT_SECONDS),
+    }
+
+
+async def measure_live(
+    dsn: str = DEFAULT_DSN,
+    rows: tuple[int, ...] = (10_000, 50_000),
+    writers: tuple[int, ...] = (1, 8),
+    seconds: float = 3.0,
+    repeat: int = 3,
+) -> list[dict[str, Any]]:
+    """Every live-query figure, one dict (one JSON line) each: per size, the Initial against the
+    raw fetch, the delta latency per writer count, and the gap's recovery and worst loop step."""
+    lines: list[dict[str, Any]] = []
+    for size in rows:
+        async with _Lab(dsn, size) as lab:
+            lines.append(await _initials(lab, repeat))
+            for count in writers:
+                lines.append(await _latency(lab, count, seconds))
+            lines.append(await _gaps(lab, repeat))
+    return lines
+
+
+async def live_main(argv: list[str]) -> None:
+    """``python bench/cache.py live [--dsn] [--rows] [--writers] [--seconds] [--repeat]``."""
+    parser = argparse.ArgumentParser(prog="bench/cache.py live")
+    parser.add_argument("--dsn", default=DEFAULT_DSN)
+    parser.add_argument("--rows", default="10000,50000")
+    parser.add_argument("--writers", default="1,8")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    sizes = tuple(int(n) for n in args.rows.split(","))
+    counts = tuple(int(n) for n in args.writers.split(","))
+    for line in await measure_live(args.dsn, sizes, counts, args.seconds, args.repeat):
+        print(json.dumps(line), flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``python bench/cache.py [SUBSCRIBERS] [REPEATS]``: print one JSON line."""
+    """``python bench/cache.py [SUBSCRIBERS] [REPEATS]``: print one JSON line;
+    ``python bench/cache.py live ...``: the live-query lines (see :func:`measure_live`)."""
     args = sys.argv if argv is None else argv
+    if len(args) > 1 and args[1] == "live":
+        asyncio.run(live_main(args[2:]))
+        return
+    if len(args) > 1 and args[1] == "writer":
+        asyncio.run(_writer_main(args[2:]))
+        return
     subscribers = int(args[1]) if len(args) > 1 else 10_000
     repeats = int(args[2]) if len(args) > 2 else 15
     print(json.dumps(measure(subscribers, repeats)))

@@ -28,11 +28,12 @@ class QuerySnapshot:
         self._removed = 0
         self._template: QueryFrame | None = None
         self._nodes: dict[str, MeshNode] = {}
-        self._order: list[str] = []
+        self._order: list[str] | None = None
+        """The path order of the last materialised Initial; ``None``: not worked out yet (the
+        Initial itself is replayed until the first delta)."""
         if frame.kind is FrameKind.INITIAL:  # a Delta with no Initial before it is replayed as is
             self._template = frame
             self._nodes = {node.path: node for node in frame.nodes}
-            self._order = sorted(self._nodes)  # linear on the (already ordered) Initial
 
     def fold(self, frame: QueryFrame) -> None:
         """Apply ``frame``: an Initial replaces the state; a Delta removes, then upserts."""
@@ -59,12 +60,15 @@ class QuerySnapshot:
             return self._value
         assert self._template is not None  # only a fold of a Delta into an Initial clears it
         nodes, order = self._nodes, self._order
-        added = set(self._added)
-        if self._removed:  # a removed path may also be back among the added ones
-            order = [path for path in order if path in nodes and path not in added]
-        if added:
-            order.extend(sorted(path for path in added if path in nodes))
-            order.sort()  # two ordered runs: timsort merges them in linear time
+        if order is None:
+            order = sorted(nodes)  # once; linear on an Initial that came ordered
+        else:
+            added = set(self._added)
+            if self._removed:  # a removed path may also be back among the added ones
+                order = [path for path in order if path in nodes and path not in added]
+            if added:
+                order.extend(sorted(path for path in added if path in nodes))
+                order.sort()  # two ordered runs: timsort merges them in linear time
         self._order, self._added, self._removed = order, [], 0
         self._value = self._template.model_copy(
             update={"nodes": tuple(nodes[path] for path in order)}

@@ -10,9 +10,10 @@ nothing.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loguru import logger
@@ -36,6 +37,11 @@ def _fold(snapshot: dict[str, MeshNode], frame: QueryFrame) -> None:
         snapshot.pop(path, None)
     for node in frame.nodes:
         snapshot[node.path] = node
+
+
+def _ordered(nodes: Sequence[MeshNode]) -> bool:
+    """Whether ``nodes`` are strictly ordered by path (so also free of duplicates)."""
+    return all(a.path < b.path for a, b in itertools.pairwise(nodes))
 
 
 def fan_in(
@@ -97,6 +103,9 @@ def fan_in(
         # Per-subscription state: the accounting of one merge.
         lock = threading.RLock()
         snapshots: dict[str, dict[str, MeshNode]] = {}
+        # A lone provider's Initial, kept as it came until a Delta has to be folded into it:
+        # an ordered one is forwarded without building and re-sorting a merge of it.
+        as_sent: dict[str, tuple[MeshNode, ...]] = {}
         silent: set[str] = set()
         completed: set[str] = set()
         gate_open = False
@@ -123,17 +132,23 @@ def fan_in(
                 return
             gate_open = True
             timer.dispose()  # a healthy query holds nothing
-            merged: dict[str, MeshNode] = {}
-            for name in names:
-                for path, node in snapshots[name].items():
-                    held = merged.get(path)
-                    if held is None or node.version > held.version:
-                        merged[path] = node
-            ordered = tuple(merged[path] for path in sorted(merged))
+            lone = as_sent.get(names[0]) if len(names) == 1 else None
+            if lone is not None and _ordered(lone):
+                ordered = lone
+            else:
+                merged: dict[str, MeshNode] = {}
+                for name in names:
+                    for path, node in snapshot_of(name).items():
+                        held = merged.get(path)
+                        if held is None or node.version > held.version:
+                            merged[path] = node
+                ordered = tuple(merged[path] for path in sorted(merged))
             named = tuple(name for name in names if name in silent)
             snapshots.clear()
+            as_sent.clear()
+            # Built without re-validating the nodes: each is a MeshNode already.
             observer.on_next(
-                QueryFrame(
+                QueryFrame.model_construct(
                     kind=FrameKind.INITIAL,
                     nodes=ordered,
                     silent_providers=named,
@@ -141,6 +156,20 @@ def fan_in(
                 )
             )
             complete_if_done()
+
+        def snapshot_of(name: str) -> dict[str, MeshNode]:
+            """``name``'s snapshot as a dict by path (built now if kept as sent)."""
+            sent = as_sent.pop(name, None)
+            if sent is not None:
+                snapshots[name] = {node.path: node for node in sent}
+            return snapshots[name]
+
+        def initial_of(name: str, frame: QueryFrame) -> None:
+            if len(names) == 1:
+                as_sent[name] = frame.nodes
+                snapshots[name] = {}  # counted as answered; filled by snapshot_of if needed
+            else:
+                snapshots[name] = {node.path: node for node in frame.nodes}
 
         def complete_if_done() -> None:
             if gate_open and not done and len(completed) == len(names):
@@ -192,18 +221,19 @@ def fan_in(
                             )
                             silent.add(name)
                         if frame.kind is FrameKind.INITIAL:
-                            snapshots[name] = {node.path: node for node in frame.nodes}
+                            initial_of(name, frame)
                         else:
                             snapshots[name] = {}
                             _fold(snapshots[name], frame)
                         open_gate_if_ready()
                     elif frame.kind is FrameKind.INITIAL:
                         # A repeated Initial before the gate opened replaces the snapshot.
-                        snapshots[name] = {node.path: node for node in frame.nodes}
+                        as_sent.pop(name, None)
+                        initial_of(name, frame)
                         if frame.snapshot_incomplete:
                             silent.add(name)
                     else:
-                        _fold(snapshot, frame)
+                        _fold(snapshot_of(name), frame)
 
             def on_error(error: Exception) -> None:
                 with lock:

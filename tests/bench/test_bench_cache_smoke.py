@@ -37,3 +37,26 @@ def test_the_cache_bench_prints_one_json_line(capsys: pytest.CaptureFixture[str]
 
     (line,) = capsys.readouterr().out.splitlines()
     assert json.loads(line)["bench"] == "cache"
+
+
+@pytest.mark.postgres
+async def test_the_live_query_bench_runs_end_to_end_at_a_tiny_size(pg_dsn: str) -> None:
+    """Every live-query line at 300 rows with one and two writers (no timing is asserted)."""
+    lines = await _load_bench().measure_live(
+        pg_dsn, rows=(300,), writers=(1, 2), seconds=0.3, repeat=2
+    )
+
+    assert [line["bench"] for line in lines] == [
+        "live_initial",
+        "live_delta_latency",
+        "live_delta_latency",
+        "live_gap",
+    ]
+    initial, one, two, gap = lines
+    assert initial["rows"] == 301 and initial["raw_fetch_ms"] > 0
+    for line in (one, two):
+        assert line["written"] > 0
+        assert line["store_delivered"] == line["mesh_delivered"] == 1.0
+        assert line["mesh_frames"] <= line["written"]
+    assert gap["re_selects_per_gap"] == [1, 1]  # two subscriptions, one shared re-select
+    assert "worst_step_ms" in gap and gap["stall_limit_ms"] == 20.0

@@ -6,6 +6,7 @@ foreign or corrupt."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import asyncpg
 import pytest
@@ -107,13 +108,13 @@ async def test_subscriptions_of_one_store_share_one_re_select_per_query_at_a_gap
     async with started(pg_dsn, prefix, reconnect_backoff=(0.2,)) as store:
         await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
         selects: list[NodeQuery] = []
-        select = store._select
+        select = store._select_rows
 
-        async def counting(query: NodeQuery) -> list[MeshNode]:
+        async def counting(query: NodeQuery) -> Any:
             selects.append(query)
             return await select(query)
 
-        monkeypatch.setattr(store, "_select", counting)
+        monkeypatch.setattr(store, "_select_rows", counting)
         same, other = NodeQuery(partition="p"), NodeQuery(partition="p", node_type=None)
         assert same == other  # equal queries are the same query
         distinct = NodeQuery(path_prefix="p")
@@ -170,3 +171,55 @@ async def test_a_corrupt_row_in_the_stores_table_is_still_refused(pg_dsn: str, p
         )
         with pytest.raises(ValidationError):
             await first_value(store.query(NodeQuery(partition="p")), timeout=WAIT)
+
+
+async def test_a_gap_re_select_reports_rows_changed_removed_and_recreated_meanwhile(
+    pg_dsn: str, prefix: str
+) -> None:
+    """The re-select builds only rows whose state changed, so each kind of change must show: an
+    update (version bumped), a removal, and a path deleted and created again (same version, a
+    new request); a row left alone must not (the negative control)."""
+    async with started(pg_dsn, prefix, reconnect_backoff=(0.2,)) as store:
+        for path in ("p/same", "p/updated", "p/removed", "p/recreated"):
+            await store.awrite(MeshNode(path=path, version=1, content={"v": 1}, request_id="r1"))
+        gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
+        frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
+        try:
+            assert len((await frames.next()).nodes) == 4
+            pid = store.feed_backend_pid
+            assert pid is not None
+            await _sql(pg_dsn, "SELECT pg_terminate_backend($1)", pid)
+            await _until(lambda: store.feed_backend_pid != pid)
+            table = f'"{store.schema_of("p")}".nodes'
+            await _sql(
+                pg_dsn,
+                f"UPDATE {table} SET content = '{{\"v\": 2}}', version = 2"
+                " WHERE path = 'p/updated';"
+                f" DELETE FROM {table} WHERE path IN ('p/removed', 'p/recreated');"
+                f" INSERT INTO {table} (path, content, version, request_id)"
+                " VALUES ('p/recreated', '{\"v\": 9}', 1, 'r2')",
+            )
+            await gaps.next()
+
+            delta = await frames.next()
+            assert {n.path: n.content for n in delta.nodes} == {
+                "p/updated": {"v": 2},
+                "p/recreated": {"v": 9},
+            }
+            assert delta.removed == ("p/removed",)
+        finally:
+            gaps.dispose()
+            frames.dispose()
+
+
+async def test_nodes_built_from_rows_share_a_fields_set_that_a_copy_never_changes(
+    pg_dsn: str, prefix: str
+) -> None:
+    async with started(pg_dsn, prefix) as store:
+        for path in ("p/a", "p/b"):
+            await store.awrite(MeshNode(path=path, version=1))
+        a, b = (await first_value(store.query(NodeQuery(partition="p")), timeout=WAIT)).nodes
+        copied = a.model_copy(update={"version": 7})
+        assert (copied.version, a.version, b.version) == (7, 1, 1)
+        assert a.model_fields_set == b.model_fields_set == set(MeshNode.model_fields)
+        assert copied.model_fields_set is not a.model_fields_set
