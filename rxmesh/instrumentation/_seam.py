@@ -32,6 +32,7 @@ __all__ = [
     "OperationScope",
     "OperationTrace",
     "changefeed_gap_declared",
+    "current",
     "emit",
     "install",
     "installed",
@@ -344,3 +345,10 @@ def operation(
         return NO_OPERATION
     started = _events.OperationStarted(verb=verb, request_id=request_id, path=path, reissue=reissue)
     return OperationScope(started)
+
+
+def current() -> OperationScope | _NoOperation:
+    """The node operation whose scope is current (the shared no-op outside any): the terminal
+    arm answers it with the stall adjacency it alone knows, before the driver answers it."""
+    scope = _current.get()
+    return NO_OPERATION if scope is None else scope
