@@ -9,6 +9,8 @@ Lines printed (A and B interleaved in one process, the order rotating each round
 
 - ``guard``: nanoseconds of one emit point's check (``if _seam.enabled:``) with nothing
   installed, against an empty loop body: the whole cost of an emit point that does not fire.
+- ``noop_scope``: nanoseconds of an operation scope and its answer with nothing installed (the
+  shared no-op object): what the mesh's wiring adds to each answer.
 - ``operators``: items/s through ``retry_transient_connect`` and ``reopen_on_transient_fault``
   with nothing installed (``off``) and with a counting instrument (``on``); the ratio on/off.
   The happy path has no emit point per item, so both must be ~1.0.
@@ -87,6 +89,32 @@ def guard(loops: int, repeat: int) -> dict[str, Any]:
             sink.append(work())
     added = (statistics.median(check) - statistics.median(base)) / loops * 1e9
     return {"bench": "instrumentation", "measure": "guard", "ns_per_check": round(added, 2)}
+
+
+def noop_scope(loops: int, repeat: int) -> dict[str, Any]:
+    """ns per ``with instrumentation.operation(...) as op: op.answered(None)`` with nothing
+    installed (what the mesh's wiring adds to every answer), against an empty call."""
+
+    def scoped() -> float:
+        started = time.perf_counter()
+        for _ in range(loops):
+            with instrumentation.operation("create", request_id="r") as op:
+                op.answered(None)
+        return time.perf_counter() - started
+
+    def bare() -> float:
+        started = time.perf_counter()
+        for _ in range(loops):
+            pass
+        return time.perf_counter() - started
+
+    base, scope = [], []
+    for round_ in range(repeat):
+        pair = [(base, bare), (scope, scoped)]
+        for sink, work in pair if round_ % 2 else reversed(pair):
+            sink.append(work())
+    added = (statistics.median(scope) - statistics.median(base)) / loops * 1e9
+    return {"bench": "instrumentation", "measure": "noop_scope", "ns_per_scope": round(added, 1)}
 
 
 def operators(items: int, repeat: int) -> list[dict[str, Any]]:
@@ -178,7 +206,7 @@ def measure(items: int, creates: int, repeat: int) -> list[dict[str, Any]]:
     """Every row of the bench."""
     if _seam.enabled:
         raise RuntimeError("an instrument is installed already; the 'off' rows would lie")
-    rows = [guard(items, repeat), *operators(items, repeat)]
+    rows = [guard(items, repeat), noop_scope(items, repeat), *operators(items, repeat)]
     rows.append(asyncio.run(create(creates, repeat)))
     return rows
 
