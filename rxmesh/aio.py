@@ -321,15 +321,24 @@ class _Frames:
 
     def __init__(self, frame: QueryFrame) -> None:
         self.kind = frame.kind
-        self.nodes: dict[str, MeshNode] = {node.path: node for node in frame.nodes}
-        self.removed: dict[str, None] = dict.fromkeys(frame.removed)
-        self.silent: dict[str, None] = dict.fromkeys(frame.silent_providers)
+        self.nodes: dict[str, MeshNode] = {}
+        self.removed: dict[str, None] = {}
+        self.silent: dict[str, None] = {}
+        self.incomplete = False
+        self.provider: str | None = None
+        self._replace(frame)
+
+    def _replace(self, frame: QueryFrame) -> None:
+        self.kind = frame.kind
+        self.nodes = {node.path: node for node in frame.nodes}
+        self.removed = dict.fromkeys(frame.removed)
+        self.silent = dict.fromkeys(frame.silent_providers)
         self.incomplete = frame.snapshot_incomplete
         self.provider = frame.provider
 
     def add(self, frame: QueryFrame) -> None:
         if frame.kind is FrameKind.INITIAL:
-            self.__init__(frame)  # type: ignore[misc]  # a snapshot supersedes what waits
+            self._replace(frame)  # a snapshot supersedes what waits
             return
         delta = self.kind is FrameKind.DELTA
         for path in frame.removed:
