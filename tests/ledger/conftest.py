@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,3 +36,11 @@ def log_records() -> Iterator[list[dict[str, Any]]]:
     finally:
         logger.remove(handler)
         logger.disable("rxmesh")
+
+
+@pytest.fixture(autouse=True)
+def _no_writer_thread_left() -> Iterator[None]:
+    """Every test closes the journaled ledgers whose writer thread it started."""
+    yield
+    left = [t.name for t in threading.enumerate() if t.name == "rxmesh-journal-writer"]
+    assert left == [], "a journal writer thread outlived its test: close the ledger"

@@ -1,0 +1,285 @@
+"""The awaitable records: durable before they return, group-committed on the writer thread."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rxmesh import AccessContext
+from rxmesh.ledger import (
+    JournalError,
+    PendingWriteHeldError,
+    PendingWriteLedger,
+    PendingWriteOutcome,
+)
+from rxmesh.operations import Verdict
+from tests.ledger._blocking import BOUND, FdatasyncGate
+from tests.ledger._fakes import make_intent
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> FdatasyncGate:
+    gate = FdatasyncGate()
+    monkeypatch.setattr(os, "fdatasync", gate)
+    return gate
+
+
+@pytest.fixture
+def ledger(journal_dir: Path) -> Iterator[PendingWriteLedger]:
+    ledger = PendingWriteLedger(journal_dir)
+    yield ledger
+    ledger.close()
+
+
+def _reloaded(journal_dir: Path) -> list[tuple[str, str]]:
+    ledger = PendingWriteLedger(journal_dir)
+    try:
+        return sorted((i.path, i.request_id) for i in ledger.pending())
+    finally:
+        ledger.close()
+
+
+async def test_record_durably_returns_only_once_its_fdatasync_returned(
+    ledger: PendingWriteLedger, gate: FdatasyncGate, journal_dir: Path
+) -> None:
+    gate.close()
+    task = asyncio.create_task(ledger.record_durably(make_intent()))
+    await gate.wait_entered()
+    assert not task.done()  # the disk has not answered: not recorded yet
+    assert ledger.pending() == ()
+    gate.open()
+    async with asyncio.timeout(BOUND):
+        assert await task is True
+    assert [i.request_id for i in ledger.pending()] == ["req-1"]
+    ledger.close()
+    assert _reloaded(journal_dir) == [("acme/docs/readme", "req-1")]
+
+
+async def test_the_loop_keeps_running_while_the_disk_is_slow(
+    ledger: PendingWriteLedger, gate: FdatasyncGate
+) -> None:
+    """The durable step is on the writer thread: the loop runs other work meanwhile."""
+    gate.close()
+    task = asyncio.create_task(ledger.record_durably(make_intent()))
+    await gate.wait_entered()
+    ticks = 0
+    for _ in range(100):
+        await asyncio.sleep(0)
+        ticks += 1
+    assert ticks == 100
+    assert not task.done()
+    gate.open()
+    async with asyncio.timeout(BOUND):
+        await task
+
+
+async def test_concurrent_records_share_one_fdatasync(
+    ledger: PendingWriteLedger, gate: FdatasyncGate, journal_dir: Path
+) -> None:
+    await ledger.record_durably(make_intent("acme/first", request_id="first"))  # segment exists
+    gate.close()
+    calls = gate.calls
+    blocker = asyncio.create_task(ledger.record_durably(make_intent("acme/blocker", request_id="b")))
+    await gate.wait_entered()  # the writer is inside one group's fdatasync...
+    intents = [make_intent(f"acme/n{i}", request_id=f"r{i}") for i in range(500)]
+    tasks = [asyncio.create_task(ledger.record_durably(i)) for i in intents]
+    for _ in range(3):
+        await asyncio.sleep(0)  # ...while 500 more are decided and queued behind it
+    gate.open()
+    async with asyncio.timeout(BOUND):
+        assert await asyncio.gather(blocker, *tasks) == [True] * 501
+    assert gate.calls - calls == 2  # the blocker's group, and ONE for the 500
+    assert ledger.statistics().pending == 502
+    ledger.close()
+    assert len(_reloaded(journal_dir)) == 502
+
+
+async def test_negative_control_sequential_records_each_pay_their_fdatasync(
+    ledger: PendingWriteLedger, gate: FdatasyncGate
+) -> None:
+    await ledger.record_durably(make_intent("acme/first", request_id="first"))
+    calls = gate.calls
+    for i in range(5):
+        assert await ledger.record_durably(make_intent(f"acme/s{i}", request_id=f"s{i}"))
+    assert gate.calls - calls == 5
+
+
+async def test_a_bulk_is_one_durable_step_with_one_result_per_intent(
+    ledger: PendingWriteLedger, gate: FdatasyncGate, journal_dir: Path
+) -> None:
+    await ledger.record_durably(make_intent("acme/first", request_id="first"))
+    await ledger.record_durably(make_intent("acme/held", request_id="bob-1", user="bob"))
+    hostile = make_intent("acme/bad").model_copy(
+        update={"access": AccessContext.model_construct(user="alice", on_behalf_of="x\ud800")}
+    )
+    nodes = [make_intent(f"acme/bulk/n{i}", request_id="bulk") for i in range(2500)]
+    calls = gate.calls
+
+    results = await ledger.record_many_durably(
+        [*nodes, make_intent("acme/held", request_id="bulk"), hostile, nodes[0]]
+    )
+
+    assert results[:2500] == [True] * 2500
+    assert isinstance(results[2500], PendingWriteHeldError)  # bob holds it: alice's refused
+    assert isinstance(results[2501], JournalError)  # cannot be encoded: never written
+    assert results[2502] is False  # already pending, unchanged
+    assert gate.calls - calls == 1  # one fdatasync for the whole bulk
+    ledger.close()
+    paths = {path for path, _ in _reloaded(journal_dir)}
+    assert len(paths) == 2502
+    assert "acme/bad" not in paths
+
+
+async def test_two_requesters_racing_for_one_path_resolve_as_if_sequential(
+    ledger: PendingWriteLedger, gate: FdatasyncGate
+) -> None:
+    """Decided when called, before anything is written: the second is refused while the first
+    is still waiting for the disk."""
+    gate.close()
+    first = asyncio.create_task(ledger.record_durably(make_intent(request_id="a", user="alice")))
+    await gate.wait_entered()
+    with pytest.raises(PendingWriteHeldError):
+        await ledger.record_durably(make_intent(request_id="b", user="bob"))
+    with pytest.raises(PendingWriteHeldError):
+        ledger.record(make_intent(request_id="c", user="carol"))  # the sync path agrees
+    gate.open()
+    async with asyncio.timeout(BOUND):
+        assert await first is True
+    assert [(i.requester, i.request_id) for i in ledger.pending()] == [("alice", "a")]
+    assert ledger.statistics().held == 2
+
+
+async def test_negative_control_racing_records_of_different_paths_are_both_recorded(
+    ledger: PendingWriteLedger,
+) -> None:
+    async with asyncio.timeout(BOUND):
+        both = await asyncio.gather(
+            ledger.record_durably(make_intent("acme/a", request_id="a", user="alice")),
+            ledger.record_durably(make_intent("acme/b", request_id="b", user="bob")),
+        )
+    assert both == [True, True]
+
+
+async def test_a_concurrent_replacement_by_the_same_requester_supersedes_in_order(
+    ledger: PendingWriteLedger, journal_dir: Path
+) -> None:
+    seen: list[PendingWriteOutcome] = []
+    ledger.outcomes.subscribe(seen.append)
+    async with asyncio.timeout(BOUND):
+        await asyncio.gather(
+            ledger.record_durably(make_intent(request_id="r1")),
+            ledger.record_durably(make_intent(request_id="r2")),
+        )
+    assert [i.request_id for i in ledger.pending()] == ["r2"]
+    assert [(o.intent.request_id, o.verdict, o.superseded_by) for o in seen] == [
+        ("r1", Verdict.DROPPED, "r2")
+    ]
+    stats = ledger.statistics()
+    assert (stats.recorded, stats.replaced, stats.superseded) == (2, 1, 1)
+    ledger.close()
+    assert _reloaded(journal_dir) == [("acme/docs/readme", "r2")]
+
+
+async def test_an_intent_it_cannot_encode_raises_before_anything_is_written(
+    ledger: PendingWriteLedger, gate: FdatasyncGate
+) -> None:
+    hostile = make_intent().model_copy(
+        update={"access": AccessContext.model_construct(user="alice", on_behalf_of="x\ud800")}
+    )
+    with pytest.raises(JournalError, match="could not encode"):
+        await ledger.record_durably(hostile)
+    assert gate.calls == 0
+    assert ledger.pending() == ()
+    # the path is free again: nothing was reserved
+    assert await ledger.record_durably(make_intent(request_id="ok", user="bob"))
+
+
+async def test_a_failed_fdatasync_records_nothing_frees_the_paths_and_the_next_group_recovers(
+    ledger: PendingWriteLedger, gate: FdatasyncGate, journal_dir: Path
+) -> None:
+    await ledger.record_durably(make_intent("acme/kept", request_id="kept"))
+    gate.fail_with = OSError(5, "Input/output error")
+    async with asyncio.timeout(BOUND):
+        failed = await asyncio.gather(
+            ledger.record_durably(make_intent("acme/lost", request_id="lost")),
+            return_exceptions=True,
+        )
+    assert isinstance(failed[0], JournalError)
+    assert isinstance(failed[0].__cause__, OSError)
+    assert [i.path for i in ledger.pending()] == ["acme/kept"]
+    gate.fail_with = None
+    # Another requester may take the path now: the failed reservation was rolled back.
+    assert await ledger.record_durably(make_intent("acme/lost", request_id="bob", user="bob"))
+    ledger.close()
+    assert _reloaded(journal_dir) == [("acme/kept", "kept"), ("acme/lost", "bob")]
+
+
+async def test_a_cancelled_caller_does_not_undo_the_record(
+    ledger: PendingWriteLedger, gate: FdatasyncGate, journal_dir: Path
+) -> None:
+    gate.close()
+    task = asyncio.create_task(ledger.record_durably(make_intent()))
+    await gate.wait_entered()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gate.open()
+    ledger.close()  # commits what is queued
+    assert _reloaded(journal_dir) == [("acme/docs/readme", "req-1")]
+
+
+async def test_a_settled_logged_intent_is_removed_from_the_log(
+    ledger: PendingWriteLedger, journal_dir: Path
+) -> None:
+    await ledger.record_durably(make_intent("acme/a", request_id="a"))
+    await ledger.record_durably(make_intent("acme/b", request_id="b"))
+    for taken in ledger.take_all():
+        if taken.path == "acme/a":
+            ledger.settle(taken, PendingWriteOutcome(intent=taken, verdict=Verdict.LANDED))
+        else:
+            ledger.restore(taken)
+    ledger.close()
+    assert _reloaded(journal_dir) == [("acme/b", "b")]
+
+
+async def test_close_commits_stops_the_writer_and_later_records_fail(
+    journal_dir: Path,
+) -> None:
+    ledger = PendingWriteLedger(journal_dir)
+    await ledger.record_durably(make_intent())
+    writers = [t for t in threading.enumerate() if t.name == "rxmesh-journal-writer"]
+    assert len(writers) == 1
+    assert writers[0].daemon  # a ledger nobody closes never holds up interpreter exit
+    ledger.close()
+    ledger.close()  # idempotent
+    assert not writers[0].is_alive()
+    with pytest.raises(JournalError, match="closed"):
+        await ledger.record_durably(make_intent("acme/other"))
+    with pytest.raises(JournalError, match="closed"):
+        await ledger.record_many_durably([make_intent("acme/other")])
+
+
+async def test_the_sync_record_of_a_logged_path_goes_through_the_writer_in_order(
+    ledger: PendingWriteLedger, journal_dir: Path
+) -> None:
+    await ledger.record_durably(make_intent(request_id="r1"))
+    assert ledger.record(make_intent(request_id="r2")) is True  # same requester: replaces r1
+    assert not list(journal_dir.glob("*.json"))  # one copy, in the log, never in both formats
+    ledger.close()
+    assert _reloaded(journal_dir) == [("acme/docs/readme", "r2")]
+
+
+async def test_in_memory_the_awaitable_records_need_no_thread() -> None:
+    ledger = PendingWriteLedger()
+    intent = make_intent()
+    assert await ledger.record_durably(intent) is True
+    assert await ledger.record_many_durably([intent, make_intent("acme/x")]) == [
+        False,
+        True,
+    ]
+    assert not [t for t in threading.enumerate() if t.name == "rxmesh-journal-writer"]
