@@ -33,6 +33,35 @@ def test_the_record_measure_compares_the_ledger_with_the_raw_loop(tmp_path: Path
     assert list(tmp_path.iterdir()) == []  # the bench cleans up its journals
 
 
+def test_the_group_commit_measure_compares_sync_records_with_awaited_ones(
+    tmp_path: Path,
+) -> None:
+    row = _load_bench().measure_group_commit(30, 10, 2, str(tmp_path))
+
+    assert row["measure"] == "group_commit"
+    assert (row["intents"], row["in_flight"]) == (30, 10)
+    assert row["sync_record_per_s"] > 0
+    assert row["record_durably_per_s"] > 0
+    assert row["fsync_groups_median"] >= 1
+    assert (row["target_per_s"], row["target_ratio"]) == (5_000, 5.0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_loop_steps_measure_reports_each_scenario_and_the_control(tmp_path: Path) -> None:
+    row = _load_bench().measure_loop_steps(20, 50, 5, str(tmp_path))
+
+    assert row["measure"] == "loop_steps"
+    assert [s["scenario"] for s in row["scenarios"]] == [
+        "20 concurrent record_durably",
+        "one record_many_durably of 50",
+        "CONTROL: 5 sync record() in one step",
+    ]
+    for scenario in row["scenarios"]:
+        assert scenario["debug"]["steps_over_20ms"] >= 0
+        assert scenario["monitor"]["worst_step_ms"] >= 0
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_recovery_measure_settles_every_intent_or_says_why_it_was_skipped() -> None:
     row = _load_bench().measure_recovery(30)
 
@@ -57,13 +86,24 @@ def test_the_ledger_bench_prints_json_lines(
             "10",
             "--repeats",
             "1",
+            "--in-flight",
+            "5",
+            "--bulk",
+            "20",
+            "--control",
+            "3",
             "--dir",
             str(tmp_path),
         ]
     )
 
     lines = capsys.readouterr().out.splitlines()
-    assert [json.loads(line)["measure"] for line in lines] == ["record", "recovery"]
+    assert [json.loads(line)["measure"] for line in lines] == [
+        "record",
+        "group_commit",
+        "loop_steps",
+        "recovery",
+    ]
     assert all(json.loads(line)["bench"] == "ledger" for line in lines)
 
 
