@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import re
 import secrets
@@ -51,6 +52,7 @@ from rxmesh.exceptions import (
 from rxmesh.model import (
     ChangeFeedGap,
     CommitAnnounced,
+    FrameKind,
     MeshNode,
     NodeChange,
     NodeQuery,
@@ -265,6 +267,16 @@ async def _stored_nodes(fetched: Sequence[tuple[str, Sequence[asyncpg.Record]]])
 def _same(a: MeshNode | None, b: MeshNode) -> bool:
     """Whether two rows are equal (their fields; what ``==`` compares, minus its overhead)."""
     return a is not None and (a is b or a.__dict__ == b.__dict__)
+
+
+def _initial_frame(nodes: list[MeshNode], provider: str) -> QueryFrame:
+    """``QueryFrame.initial(nodes)``; rows that came strictly ordered by path (the usual case:
+    one partition, ``ORDER BY path``) are neither re-sorted nor re-validated one by one."""
+    if all(a.path < b.path for a, b in itertools.pairwise(nodes)):
+        return QueryFrame.model_construct(
+            kind=FrameKind.INITIAL, nodes=tuple(nodes), provider=provider
+        )
+    return QueryFrame.initial(nodes, provider=provider)
 
 
 class _Reread:
@@ -1469,7 +1481,7 @@ class PostgresStore:
             async def run() -> None:
                 nodes = await self._select(query)
                 known = {node.path: node for node in nodes}
-                observer.on_next(QueryFrame.initial(nodes, provider=self._name))
+                observer.on_next(_initial_frame(nodes, self._name))
                 pending = _Changes()
                 while (event := await events.get()) is not None:
                     while True:
