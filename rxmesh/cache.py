@@ -95,13 +95,6 @@ def fold_query_frames(state: QueryFrame, frame: QueryFrame) -> QueryFrame:
     return snapshot.value()
 
 
-def _rows(frame: object) -> int:
-    """How much an idle chain's backlog grows by ``frame`` (its rows; at least 1)."""
-    nodes = getattr(frame, "nodes", ())
-    removed = getattr(frame, "removed", ())
-    return max(1, len(nodes) + len(removed))
-
-
 class _Chain(Generic[T]):
     """One upstream subscription multicast to many observers; never re-connected."""
 
@@ -321,8 +314,10 @@ class SyncedQueryCache(Generic[Q, T]):
         if self._replay is None:
             chain.latest, chain.has_value = value, True
             return
-        chain.backlog.append(value)
-        chain.backlog_rows += _rows(value)
+        chain.backlog.append(value)  # grown by the frame's rows (at least 1)
+        chain.backlog_rows += max(
+            1, len(getattr(value, "nodes", ())) + len(getattr(value, "removed", ()))
+        )
         size = chain.state.size() if chain.state is not None else 0
         if chain.backlog_rows > max(DEFAULT_IDLE_BACKLOG, size):
             self._release(chain)
