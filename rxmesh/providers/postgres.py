@@ -107,6 +107,16 @@ TARGET_SESSION_ATTRS: frozenset[str] = frozenset(
 
 _PREFIX_RULE = re.compile(r"[a-z][a-z0-9_]{0,14}")
 _COLUMNS = "path, node_type, content::text AS content, created_by, created_at, version, request_id"
+_WRITE_COLUMNS = (
+    "path",
+    "node_type",
+    "content",
+    "created_by",
+    "created_at",
+    "version",
+    "request_id",
+)
+"""The columns a write fills, in the order of a bulk window's records."""
 _MISSING_SCHEMA = (pgexc.UndefinedTableError, pgexc.InvalidSchemaNameError)
 _DRIVER_FAULTS = (OSError, pgexc.PostgresError, pgexc.InterfaceError, pgexc.InternalClientError)
 _PREPARED_STATEMENT_LOST = (
@@ -326,6 +336,33 @@ class _Changes:
 
 def _content_text(node: MeshNode) -> str | None:
     return None if node.content is None else json.dumps(node.content)
+
+
+_RECORDS_STEP = 250
+"""Rows of a bulk window encoded per step; the loop (and the window on the wire) gets a turn
+between two steps."""
+
+
+async def _window_records(chunk: list[MeshNode]) -> list[tuple[Any, ...]]:
+    """The rows of a bulk window as records in :data:`_WRITE_COLUMNS` order, a step at a time
+    (each step after a turn of the loop, so the previous window is sent first)."""
+    dumps = json.dumps
+    records: list[tuple[Any, ...]] = []
+    for start in range(0, len(chunk), _RECORDS_STEP):
+        await asyncio.sleep(0)
+        records.extend(
+            (
+                n.path,
+                n.node_type,
+                None if n.content is None else dumps(n.content),
+                n.created_by,
+                n.created_at,
+                max(1, n.version),
+                n.request_id,
+            )
+            for n in chunk[start : start + _RECORDS_STEP]
+        )
+    return records
 
 
 class _Hot:
@@ -1223,8 +1260,15 @@ class PostgresStore:
     ) -> Observable[WindowCommitted]:
         """Insert in windows of at most ``window`` rows per partition, one transaction each.
 
-        Each window is ONE ``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING`` statement
-        (never ``executemany``: cancelling a streaming executemany hangs asyncpg).
+        A window is first sent as ONE binary ``COPY`` into the partition's table, in its own
+        transaction: when no path of it is taken, every row lands at COPY's cost. When one is
+        (a unique violation: the row of an earlier write, of a concurrent writer, or a path twice
+        in the window), that transaction rolls back whole and the window is sent again as ONE
+        ``INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING RETURNING path``, which lands
+        the free paths and skips the taken ones; the later windows of that partition go straight
+        to it. Either way a window is one transaction, and a row is never overwritten. Never
+        ``executemany`` (cancelling a streaming executemany hangs asyncpg); no session state
+        (nothing outlives the window's transaction, so it works behind a transaction pooler).
         """
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
@@ -1249,53 +1293,80 @@ class PostgresStore:
         by_partition: dict[str, list[MeshNode]] = {}
         for node in nodes:  # paths were validated when the MeshNode was built
             by_partition.setdefault(partition_of(node.path), []).append(node)
+        windows = [
+            (partition, index, members[start : start + window])
+            for partition, members in by_partition.items()
+            for index, start in enumerate(range(0, len(members), window))
+        ]
 
         async def work(conn: _Connection) -> None:
-            # One pooled connection for the whole batch; every window is its own transaction
-            # (one statement), committed and reported before the next one starts.
-            for partition, members in by_partition.items():
-                table = self._table(partition)
-                for index, start in enumerate(range(0, len(members), window)):
-                    chunk = members[start : start + window]
-                    rows = await self._with_schema(
-                        conn, partition, functools.partial(self._insert_window, conn, table, chunk)
+            # One pooled connection for the whole batch; every window is its own transaction,
+            # committed and reported before the next one is sent. The rows of the next window
+            # are encoded while this one is on the server (its COPY, trigger and commit), so the
+            # client's work and the server's overlap, as two processes on two cores do.
+            conflicts: set[str] = set()  # partitions where a window met a taken path
+            records = await _window_records(windows[0][2])
+            for position, (partition, index, chunk) in enumerate(windows):
+                sending = asyncio.ensure_future(
+                    self._with_schema(
+                        conn,
+                        partition,
+                        functools.partial(
+                            self._insert_window, conn, partition, chunk, records, conflicts
+                        ),
                     )
-                    landed = {row["path"] for row in rows}
-                    emit(
-                        WindowCommitted(
-                            partition=partition,
-                            index=index,
-                            paths=tuple(n.path for n in chunk if n.path in landed),
-                        )
-                    )
+                )
+                try:
+                    if position + 1 < len(windows):
+                        records = await _window_records(windows[position + 1][2])
+                    landed = await sending
+                except BaseException:
+                    if not sending.done():  # cancelled while encoding: the window goes too
+                        sending.cancel()
+                        await asyncio.wait([sending])
+                    raise
+                emit(WindowCommitted(partition=partition, index=index, paths=landed))
 
         await self._run(f"writing {len(nodes)} node(s) in windows of {window}", work)
 
     async def _insert_window(
-        self, conn: _Connection, table: str, chunk: list[MeshNode]
-    ) -> list[asyncpg.Record]:
-        sql = (
-            f"INSERT INTO {table} (path, node_type, content, created_by, created_at, version,"
-            " request_id) SELECT p, t, c::jsonb, b, a, v, r FROM unnest($1::text[], $2::text[],"
-            " $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::text[])"
-            " AS u(p, t, c, b, a, v, r) ON CONFLICT (path) DO NOTHING RETURNING path"
-        )
+        self,
+        conn: _Connection,
+        partition: str,
+        chunk: list[MeshNode],
+        records: list[tuple[Any, ...]],
+        conflicts: set[str],
+    ) -> tuple[str, ...]:
+        """Write one window in one transaction; the paths that landed, in window order."""
+        schema = self.schema_of(partition)
         try:
-            return await conn.fetch(
-                sql,
-                [n.path for n in chunk],
-                [n.node_type for n in chunk],
-                [_content_text(n) for n in chunk],
-                [n.created_by for n in chunk],
-                [n.created_at for n in chunk],
-                [max(1, n.version) for n in chunk],
-                [n.request_id for n in chunk],
+            if partition not in conflicts:
+                try:  # one statement outside a transaction block: its own transaction
+                    await conn.copy_records_to_table(
+                        "nodes",
+                        schema_name=schema,
+                        records=records,
+                        columns=_WRITE_COLUMNS,
+                        timeout=self._command_timeout,
+                    )
+                except pgexc.UniqueViolationError:
+                    conflicts.add(partition)  # rolled back whole: decide row by row below
+                else:
+                    return tuple(n.path for n in chunk)
+            rows = await conn.fetch(
+                f"INSERT INTO {quote_identifier(schema)}.nodes ({', '.join(_WRITE_COLUMNS)})"
+                " SELECT p, t, c::jsonb, b, a, v, r FROM unnest($1::text[], $2::text[],"
+                " $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::text[])"
+                " AS u(p, t, c, b, a, v, r) ON CONFLICT (path) DO NOTHING RETURNING path",
+                *(list(column) for column in zip(*records, strict=True)),
                 timeout=self._command_timeout,
             )
         except asyncio.CancelledError:
             if not _is_closed(conn):
                 conn.terminate()  # never reuse a connection whose bulk call was cancelled
             raise
+        landed = {row["path"] for row in rows}
+        return tuple(n.path for n in chunk if n.path in landed)
 
     def update(self, node: MeshNode) -> Observable[MeshNode | None]:
         """Replace type and content of an existing node, version + 1; ``None`` if absent."""
