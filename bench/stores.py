@@ -9,10 +9,14 @@ Lines printed:
 
 - ``write_many``: rows/s of ``PostgresStore.write_many`` vs raw asyncpg on the same rows and the
   same windows (each window its own transaction): ``executemany``, ``INSERT ... SELECT FROM
-  unnest(...)`` and ``copy_records_to_table``; median of ``--repeat`` rounds; ratios. Target:
-  ``ratio_vs_unnest >= 0.8``. Every contender starts from the same ``MeshNode`` list and pays for
-  turning it into rows (JSON-encoding the content). The raw tables are plain (no trigger, nobody
-  listening); the store pays for its change feed (its statement triggers and its listener).
+  unnest(...)``, ``copy_records_to_table`` into a plain table (``copy``) and
+  ``copy_records_to_table`` into a table of the store itself (``copy_same_table``: the store's
+  statement triggers fire and its listener hears them, as for ``store``); median of ``--repeat``
+  rounds, the contenders interleaved in each round; ratios. Targets: ``ratio_vs_copy >= 0.9``
+  (issue 16) and ``ratio_vs_unnest >= 0.8``. Every contender starts from the same ``MeshNode``
+  list and pays for turning it into rows (JSON-encoding the content). The plain tables have no
+  trigger and nobody listening; the store pays for its change feed, and so does
+  ``copy_same_table``.
 - ``change_feed_latency``: for the same commits, commit -> ``PostgresStore.changes`` subscriber
   (the row fetched) vs commit -> a raw asyncpg ``LISTEN`` callback on the same channel; p50/p99
   in ms, measured from before the INSERT is sent; target ``p50_ratio <= 1.5``.
@@ -113,7 +117,8 @@ async def bench_write_many(dsn: str, rows: int, window: int, repeat: int) -> dic
     nodes = _nodes(rows, "w")
     store = PostgresStore(dsn, schema_prefix=prefix, max_size=2, command_timeout=120)
     await store.start()
-    timings: dict[str, list[float]] = {k: [] for k in ("executemany", "unnest", "copy", "store")}
+    kinds = ("executemany", "unnest", "copy", "copy_same_table", "store")
+    timings: dict[str, list[float]] = {k: [] for k in kinds}
     try:
         table = await _raw_table(conn, schema)
         insert_one = (
@@ -147,10 +152,24 @@ async def bench_write_many(dsn: str, rows: int, window: int, repeat: int) -> dic
                     columns=list(_COLUMNS),
                 )
 
+        # A table of the store's own (its triggers, its listener), filled by a raw COPY.
+        await first_value(store.write(MeshNode(path="wcopy", version=1)), timeout=60)
+        same_schema = store.schema_of("wcopy")
+
+        async def copy_same_table() -> None:
+            for start in range(0, rows, window):
+                await conn.copy_records_to_table(
+                    "nodes",
+                    schema_name=same_schema,
+                    records=_records(nodes[start : start + window]),
+                    columns=list(_COLUMNS),
+                )
+
         async def through_store() -> None:
             await first_value(store.write_many(nodes, window).pipe(ops.count()), timeout=600)
 
         store_table = f"{quote_identifier(store.schema_of('w'))}.nodes"
+        same_table = f"{quote_identifier(same_schema)}.nodes"
         for _ in range(repeat):
             for key, work in (
                 ("executemany", executemany),
@@ -159,13 +178,15 @@ async def bench_write_many(dsn: str, rows: int, window: int, repeat: int) -> dic
             ):
                 await conn.execute(f"TRUNCATE {table}")
                 timings[key].append(await _timed(work))
+            await conn.execute(f"TRUNCATE {same_table}")
+            timings["copy_same_table"].append(await _timed(copy_same_table))
             if await conn.fetchval("SELECT to_regclass($1)", store_table):
                 await conn.execute(f"TRUNCATE {store_table}")
             timings["store"].append(await _timed(through_store))
             assert await conn.fetchval(f"SELECT count(*) FROM {store_table}") == rows
     finally:
         await store.close()
-        for name in (schema, store.schema_of("w")):
+        for name in (schema, store.schema_of("w"), store.schema_of("wcopy")):
             await conn.execute(f"DROP SCHEMA IF EXISTS {quote_identifier(name)} CASCADE")
         await conn.close()
     rate = {k: rows / statistics.median(v) for k, v in timings.items()}
@@ -178,6 +199,12 @@ async def bench_write_many(dsn: str, rows: int, window: int, repeat: int) -> dic
         "ratio_vs_unnest": round(rate["store"] / rate["unnest"], 3),
         "ratio_vs_executemany": round(rate["store"] / rate["executemany"], 3),
         "ratio_vs_copy": round(rate["store"] / rate["copy"], 3),
+        "ratio_vs_copy_same_table": round(rate["store"] / rate["copy_same_table"], 3),
+        "spread_store_vs_copy": [
+            round(copy / store, 3)
+            for store, copy in zip(timings["store"], timings["copy"], strict=True)
+        ],
+        "target_ratio_vs_copy": 0.9,
         "target_ratio_vs_unnest": 0.8,
     }
 

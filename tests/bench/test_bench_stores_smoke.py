@@ -47,9 +47,13 @@ async def test_the_stores_bench_prints_ratios_against_raw_baselines(
         assert feed["p50_ratio_pgbouncer_vs_direct"] > 0
     assert write["bench"] == "write_many"
     assert write["rows"] == 2000
-    assert set(write["rows_per_s"]) == {"executemany", "unnest", "copy", "store"}
+    assert set(write["rows_per_s"]) == {"executemany", "unnest", "copy", "copy_same_table", "store"}
     assert all(rate > 0 for rate in write["rows_per_s"].values())
     assert write["ratio_vs_unnest"] > 0
+    assert write["ratio_vs_copy"] > 0
+    assert write["ratio_vs_copy_same_table"] > 0
+    assert write["target_ratio_vs_copy"] == 0.9
+    assert len(write["spread_store_vs_copy"]) == 1  # one per round
     assert latency["bench"] == "change_feed_latency"
     assert latency["notifies"] == 50
     assert latency["raw_listen_ms"]["p50"] > 0
