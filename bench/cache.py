@@ -322,55 +322,99 @@ async def _until(predicate: Callable[[], bool], timeout: float) -> bool:
     return True
 
 
+async def _observer_main(args: list[str]) -> None:
+    """The baseline: a process of its own with only ``store.query`` subscribed (its own store on
+    the same prefix), so nothing else on its loop delays it. Prints ``ready`` once its Initial
+    is in; on a line on stdin prints its arrivals as JSON and ends."""
+    dsn, prefix, tag = args
+    arrivals = _Arrivals(tag)
+    store = PostgresStore(dsn, schema_prefix=prefix, max_size=2)
+    await store.start()
+    try:
+        subscription = store.query(NodeQuery(partition=PARTITION)).subscribe(
+            arrivals, arrivals.errors.append
+        )
+        if not await _until(lambda: arrivals.initial is not None, 120):
+            raise AssertionError(f"no Initial within 120 s ({arrivals.errors})")
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        subscription.dispose()
+    finally:
+        await store.close()
+    errors = [repr(error) for error in arrivals.errors]
+    print(json.dumps({"at": arrivals.at, "sent": arrivals.sent, "errors": errors}), flush=True)
+
+
+async def _bench_process(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        _HERE,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+
+
 async def _latency(lab: _Lab, writers: int, seconds: float) -> dict[str, Any]:
-    """Delta latency of ``store.query`` and ``mesh.live``, subscribed side by side, while a writer
-    process commits rows one by one for ``seconds``."""
+    """Delta latency while a writer process commits rows one by one for ``seconds``: through
+    ``mesh.live`` against ``store.query`` alone in a process of its own (the baseline; the
+    targets are ratios to it), with ``store.query`` also subscribed beside the mesh (same loop)
+    for reference."""
     tag = uuid.uuid4().hex[:6]
-    raw, live = _Arrivals(tag), _Arrivals(tag)
+    inproc, live = _Arrivals(tag), _Arrivals(tag)
+    observer = await _bench_process("observer", lab.dsn, lab.prefix, tag)
     subscriptions = [
-        lab.store.query(lab.query).subscribe(raw, raw.errors.append),
+        lab.store.query(lab.query).subscribe(inproc, inproc.errors.append),
         lab.mesh.live(lab.query).subscribe(live, live.errors.append),
     ]
     try:
-        if not await _until(lambda: raw.initial is not None and live.initial is not None, 60):
-            raise AssertionError(f"no Initial within 60 s ({raw.errors or live.errors})")
-        writer = await asyncio.create_subprocess_exec(
-            sys.executable,
-            _HERE,
-            "writer",
-            lab.dsn,
-            lab.schema,
-            str(writers),
-            str(seconds),
-            tag,
-            stdout=asyncio.subprocess.PIPE,
+        assert observer.stdout is not None
+        ready = await asyncio.wait_for(observer.stdout.readline(), 120)
+        if ready.strip() != b"ready":
+            raise AssertionError(f"the baseline observer did not start: {ready!r}")
+        if not await _until(lambda: inproc.initial is not None and live.initial is not None, 60):
+            raise AssertionError(f"no Initial within 60 s ({inproc.errors or live.errors})")
+        writer = await _bench_process(
+            "writer", lab.dsn, lab.schema, str(writers), str(seconds), tag
         )
         out, _ = await asyncio.wait_for(writer.communicate(), seconds + 60)
         written = int(json.loads(out)["written"])
         lab.rows += written
-        await _until(lambda: min(len(raw.at), len(live.at)) >= written, 1.0)  # 1 s after the end
-        within = {name: len(side.at) for name, side in (("store", raw), ("mesh", live))}
-        await _until(lambda: min(len(raw.at), len(live.at)) >= written, 30.0)
+        await _until(lambda: min(len(inproc.at), len(live.at)) >= written, 1.0)  # 1 s after
+        within = len(live.at)
+        await _until(lambda: min(len(inproc.at), len(live.at)) >= written, 30.0)
+        await asyncio.sleep(0.5)  # the baseline's last deliveries, if it is behind (it is not)
+        observed, _ = await asyncio.wait_for(observer.communicate(b"stop\n"), 60)
+        solo = json.loads(observed.splitlines()[-1])
     finally:
         for subscription in subscriptions:
             subscription.dispose()
-    if raw.errors or live.errors:
-        raise AssertionError(f"a live query failed: {raw.errors or live.errors}")
-    a, b = raw.latencies(), live.latencies()
+        if observer.returncode is None:
+            observer.kill()
+            await observer.wait()
+    if inproc.errors or live.errors or solo["errors"]:
+        raise AssertionError(f"a live query failed: {inproc.errors or live.errors or solo}")
+    baseline = [solo["at"][path] - sent for path, sent in solo["sent"].items()]
+    side, beside = live.latencies(), inproc.latencies()
+
+    def share(count: int) -> float:
+        return round(count / written, 4) if written else 1.0
+
     row: dict[str, Any] = {
         "bench": "live_delta_latency",
         "rows": lab.rows,
         "writers": writers,
         "written": written,
         "writes_per_s": round(written / seconds),
-        "store_p50_ms": _ms(_percentile(a, 0.5)),
-        "store_p99_ms": _ms(_percentile(a, 0.99)),
-        "mesh_p50_ms": _ms(_percentile(b, 0.5)),
-        "mesh_p99_ms": _ms(_percentile(b, 0.99)),
-        "store_delivered": round(len(raw.at) / written, 4) if written else 1.0,
-        "mesh_delivered": round(len(live.at) / written, 4) if written else 1.0,
-        "mesh_delivered_within_1s": round(within["mesh"] / written, 4) if written else 1.0,
-        "store_frames": raw.frames,
+        "store_p50_ms": _ms(_percentile(baseline, 0.5)),
+        "store_p99_ms": _ms(_percentile(baseline, 0.99)),
+        "mesh_p50_ms": _ms(_percentile(side, 0.5)),
+        "mesh_p99_ms": _ms(_percentile(side, 0.99)),
+        "store_beside_mesh_p50_ms": _ms(_percentile(beside, 0.5)),
+        "store_beside_mesh_p99_ms": _ms(_percentile(beside, 0.99)),
+        "store_delivered": share(len(solo["at"])),
+        "mesh_delivered": share(len(live.at)),
+        "mesh_delivered_within_1s": share(within),
         "mesh_frames": live.frames,
     }
     for q in ("p50", "p99"):
@@ -617,6 +661,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if len(args) > 1 and args[1] == "writer":
         asyncio.run(_writer_main(args[2:]))
+        return
+    if len(args) > 1 and args[1] == "observer":
+        asyncio.run(_observer_main(args[2:]))
         return
     subscribers = int(args[1]) if len(args) > 1 else 10_000
     repeats = int(args[2]) if len(args) > 2 else 15
