@@ -160,7 +160,10 @@ class Log:
                 self._bound.warning(
                     "removing {}: a log snapshot that never completed (nothing relied on it)", name
                 )
-                os.unlink(name, dir_fd=directory)
+                try:
+                    os.unlink(name, dir_fd=directory)  # never opened: whatever it is, no blocking
+                except OSError as exc:
+                    self._bound.opt(exception=exc).error("could not remove {}: {}", name, exc)
                 continue
             match = _SEGMENT.fullmatch(name)
             if match is None:

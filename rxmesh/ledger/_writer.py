@@ -199,6 +199,7 @@ class Writer:
                 if self._queue:  # a bulk is still being decided: it is sealed within a step
                     self._cond.wait()
                 elif self._closing or (not self._cond.wait(self._linger) and not self._queue):
+                    self._thread = None  # under the lock: the next submit starts a new thread
                     return None
 
     def _commit(self, batch: list[Ticket]) -> None:

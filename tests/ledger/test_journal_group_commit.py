@@ -289,3 +289,61 @@ async def test_in_memory_the_awaitable_records_need_no_thread() -> None:
         True,
     ]
     assert not [t for t in threading.enumerate() if t.name == "rxmesh-journal-writer"]
+
+
+async def test_a_record_made_while_a_bulk_is_being_decided_lands_after_it(
+    ledger: PendingWriteLedger, journal_dir: Path
+) -> None:
+    """A bulk is decided 1,000 intents per loop step; a record of one of its paths made in
+    between replaces the bulk's intent, in memory AND on disk (its ticket waits for the bulk's)."""
+    nodes = [make_intent(f"acme/bulk/n{i}", request_id="bulk") for i in range(2500)]
+    bulk = asyncio.create_task(ledger.record_many_durably(nodes))
+    single = asyncio.create_task(
+        ledger.record_durably(make_intent("acme/bulk/n0", request_id="later"))
+    )
+    async with asyncio.timeout(BOUND):
+        results, later = await asyncio.gather(bulk, single)
+    assert results == [True] * 2500
+    assert later is True
+    pending = {i.path: i.request_id for i in ledger.pending()}
+    assert pending["acme/bulk/n0"] == "later"
+    ledger.close()
+    assert dict(_reloaded(journal_dir))["acme/bulk/n0"] == "later"
+
+
+async def test_closing_while_a_bulk_is_being_decided_records_none_of_it(journal_dir: Path) -> None:
+    ledger = PendingWriteLedger(journal_dir)
+    nodes = [make_intent(f"acme/bulk/n{i}", request_id="bulk") for i in range(2500)]
+    bulk = asyncio.create_task(ledger.record_many_durably(nodes))
+    await asyncio.sleep(0)  # the first 1,000 are decided and reserved
+    ledger.close()
+    with pytest.raises(JournalError, match="closed"):
+        async with asyncio.timeout(BOUND):
+            await bulk
+    assert ledger.pending() == ()
+    assert _reloaded(journal_dir) == []
+
+
+def test_a_writer_that_ends_between_two_tickets_never_strands_the_second(
+    journal_dir: Path,
+) -> None:
+    """With no linger the thread ends after every ticket; a ticket queued as it ends must
+    start a new one (it used to be able to land in the queue of a thread on its way out)."""
+    from rxmesh.ledger._journal import Journal
+    from rxmesh.ledger._log import Log, encode_put
+    from rxmesh.ledger._writer import Op, Ticket, Writer
+
+    journal = Journal(journal_dir)
+    log = Log(journal)
+    writer = Writer(journal, log, lambda ticket: None, linger=0.0)
+    try:
+        for i in range(200):
+            intent = make_intent(f"acme/w{i}", request_id=f"w{i}")
+            ticket = Ticket([Op("put", intent.path, intent, encode_put(intent))])
+            writer.submit(ticket)
+            assert ticket.done.wait(BOUND), f"ticket {i} was stranded"
+            assert ticket.ops[0].error is None
+    finally:
+        writer.close()
+        log.close()
+        journal.close()
