@@ -9,13 +9,16 @@ A node object is ``{"path": "...", "node_type": "...", "content": ...}``: ``path
 at least one of ``node_type`` (a string) and ``content`` (any JSON value) is needed; no other keys.
 With ``--partition P`` paths are relative to the partition (``"a/b"`` becomes ``"P/a/b"``).
 
-Nodes go through :meth:`rxmesh.Mesh.create_nodes` in requests of ``--window`` nodes (each one
-transaction per partition). An existing node is never overwritten: it is reported "already
-present", so running the same import again creates nothing. Bad entries (invalid JSON, a bad path,
-a wrong type, an unknown key, a duplicate path) are reported with their file, line and reason and
-do not stop the others. If the store cannot be reached, the batch is answered UNAVAILABLE (its
+The files are streamed: ``--window`` nodes are read, checked and sent through
+:meth:`rxmesh.Mesh.create_nodes` as one request (one transaction per partition) while the next
+window is read, so memory stays flat whatever the size of the input. An existing node is never
+overwritten: it is reported "already present", so running the same import again creates nothing.
+Bad entries (invalid JSON, a bad path, a wrong type, an unknown key, a duplicate path, content a
+store cannot keep) are reported with their file, line and reason before their window is written,
+and do not stop the others. If the store cannot be reached, the batch is answered UNAVAILABLE (its
 nodes are journaled for one re-issue when ``--journal-dir`` is given) and the rest is not
-attempted: re-run the import when the store is back.
+attempted (a window already sent is answered on its own): re-run the import when the store is
+back.
 
 Exit status: 0 everything is created or already present; 1 some entries were refused (fix the
 data); 3 the store could not be reached for some entries (re-run the import; takes precedence
@@ -26,28 +29,34 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
 
-from pydantic import ValidationError
-
+from rxmesh._import_read import (
+    ImportItem,
+    ImportProblem,
+    check_node,
+    count_entries,
+    read_directory,
+    read_windows,
+)
+from rxmesh._import_report import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    ImportReport,
+    Progress,
+)
 from rxmesh.exceptions import ChangeFeedUnverifiedError, NodeValidationError, StoreError
 from rxmesh.faults import is_store_unreachable
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.mesh import Mesh
-from rxmesh.model import (
-    MAX_CONTENT_BYTES,
-    AccessContext,
-    MeshNode,
-    validate_path,
-    validate_user_id,
-)
+from rxmesh.model import AccessContext, validate_path, validate_user_id
 from rxmesh.operations import CreateNodesRequest, CreateNodesResponse, RejectionReason
 from rxmesh.providers import Store
 
@@ -77,295 +86,8 @@ DEFAULT_IMPORT_WINDOW = 1000
 DEFAULT_IMPORT_USER = "importer"
 """The requester of the import's creates unless ``--user`` is given."""
 
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 3
-
-_KEYS = frozenset({"path", "node_type", "content"})
-
-
-@dataclass(frozen=True, slots=True)
-class ImportItem:
-    """One node to import and where it was read (``line`` is 1-based)."""
-
-    node: MeshNode
-    file: str
-    line: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class ImportProblem:
-    """An entry that was not imported: where it is and why."""
-
-    file: str
-    line: int | None
-    reason: str
-    path: str | None = None
-
-    def __str__(self) -> str:
-        where = self.file if self.line is None else f"{self.file}:{self.line}"
-        return f"{where}: {self.reason}"
-
-
-@dataclass
-class ImportReport:
-    """What an import did. ``exit_status`` follows the module docstring."""
-
-    store: str
-    files: int = 0
-    items: int = 0
-    created: int = 0
-    already_present: int = 0
-    refused: list[ImportProblem] = field(default_factory=list)
-    unavailable: list[str] = field(default_factory=list)
-    not_attempted: list[str] = field(default_factory=list)
-    partial: list[str] = field(default_factory=list)
-    journal_dir: str | None = None
-    seconds: float = 0.0
-
-    @property
-    def exit_status(self) -> int:
-        """0 all created or present; 3 store unreachable for some; else 1 if any refused."""
-        if self.unavailable or self.not_attempted or self.partial:
-            return EXIT_UNAVAILABLE
-        return EXIT_REFUSED if self.refused else EXIT_OK
-
-    def format(self) -> str:
-        """The report as text for a person."""
-        rate = self.items / self.seconds if self.seconds > 0 else 0.0
-        lines = [
-            f"rxmesh import: {self.items} entries from {self.files} file(s) into {self.store} "
-            f"in {self.seconds:.2f}s ({rate:,.0f}/s)",
-            f"  created           {self.created}",
-            f"  already present   {self.already_present}",
-            f"  refused           {len(self.refused)}",
-        ]
-        lines += [f"    {problem}" for problem in self.refused[:50]]
-        if len(self.refused) > 50:
-            lines.append(f"    ... and {len(self.refused) - 50} more")
-        where = (
-            f"journaled for one re-issue in {self.journal_dir}"
-            if self.journal_dir
-            else "NOT journaled (no --journal-dir): re-run the import"
-        )
-        lines.append(
-            f"  unavailable       {len(self.unavailable)}"
-            + (
-                f"  (the store could not be reached; nothing written; {where})"
-                if self.unavailable
-                else ""
-            )
-        )
-        lines.append(
-            f"  not attempted     {len(self.not_attempted)}"
-            + (
-                "  (after the store was unreachable; re-run the import)"
-                if self.not_attempted
-                else ""
-            )
-        )
-        lines.append(f"  partial landings  {len(self.partial)}")
-        lines += [f"    {text}" for text in self.partial]
-        verdict = {
-            EXIT_OK: "everything is in the store",
-            EXIT_REFUSED: "some entries were refused: fix them and re-run (the rest is in)",
-            EXIT_UNAVAILABLE: "the store could not be reached for some entries: re-run the import",
-        }[self.exit_status]
-        lines.append(f"exit status {self.exit_status}: {verdict}")
-        return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------- reading
-
-
-def _line_of(text: str, index: int) -> int:
-    return text.count("\n", 0, index) + 1
-
-
-def _elements(text: str) -> Iterator[tuple[int, object]]:
-    """The top-level value of a JSON text (already known valid) with its line; a list's items
-    each with their own line."""
-    decoder = json.JSONDecoder()
-    start = len(text) - len(text.lstrip())
-    if not text.startswith("[", start):
-        value, _ = decoder.raw_decode(text, start)
-        yield _line_of(text, start), value
-        return
-    index = start + 1
-    while True:
-        while index < len(text) and text[index] in " \t\r\n,":
-            index += 1
-        if index >= len(text) or text[index] == "]":
-            return
-        value, end = decoder.raw_decode(text, index)
-        yield _line_of(text, index), value
-        index = end
-
-
-class _BadEntry(ValueError):
-    """An entry that does not describe a node (the reason is the message)."""
-
-
-def _node(value: object, partition: str | None) -> MeshNode:
-    """Build the node an entry describes; raises ValueError with the reason."""
-    if not isinstance(value, dict):
-        raise _BadEntry(f"expected a node object, got {type(value).__name__}")
-    unknown = sorted(set(value) - _KEYS)
-    if unknown:
-        raise ValueError(
-            f"unknown key(s) {', '.join(map(repr, unknown))}; allowed: path, node_type, content"
-        )
-    path = value.get("path")
-    if not isinstance(path, str):
-        raise _BadEntry("'path' is required and must be a string")
-    full = f"{partition}/{path}" if partition else path
-    validate_path(full, allow_reserved=False)
-    node_type = value.get("node_type")
-    if node_type is not None and not isinstance(node_type, str):
-        raise _BadEntry(f"'node_type' must be a string, got {type(node_type).__name__}")
-    content = value.get("content")
-    if node_type is None and content is None:
-        raise ValueError(f"node '{full}' has neither a node_type nor content")
-    if content is not None:
-        size = len(json.dumps(content, ensure_ascii=False).encode())
-        if size > MAX_CONTENT_BYTES:
-            raise ValueError(f"content is {size} bytes; at most {MAX_CONTENT_BYTES}")
-    try:
-        return MeshNode(path=full, node_type=node_type, content=content)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'node'}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        )
-        raise ValueError(problems) from exc
-
-
-def _entries(path: Path, shown: str) -> Iterator[tuple[int | None, object] | ImportProblem]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        yield ImportProblem(shown, None, f"cannot read: {exc}")
-        return
-    if path.suffix == ".jsonl":
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield ImportProblem(shown, number, f"invalid JSON: {exc.msg} (column {exc.colno})")
-        return
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as exc:
-        yield ImportProblem(shown, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})")
-        return
-    yield from _elements(text)
-
-
-def read_directory(
-    directory: str | os.PathLike[str], *, partition: str | None = None
-) -> tuple[list[ImportItem], list[ImportProblem], int]:
-    """Read every ``*.json`` / ``*.jsonl`` file under ``directory``.
-
-    Returns:
-        the nodes to import (in file order), the problems found (file, line, reason), and the
-        number of files read. A duplicate path is a problem naming the first occurrence.
-
-    Raises:
-        NotADirectoryError: ``directory`` is not a directory.
-        InvalidPathError: ``partition`` is not a valid partition name.
-    """
-    root = Path(directory)
-    if not root.is_dir():
-        raise NotADirectoryError(f"{directory} is not a directory")
-    if partition is not None:
-        validate_path(partition, allow_reserved=False)
-        if "/" in partition:
-            raise ValueError(f"--partition {partition!r} must be one segment")
-    items: list[ImportItem] = []
-    problems: list[ImportProblem] = []
-    first_seen: dict[str, str] = {}
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in {".json", ".jsonl"})
-    for file in files:
-        shown = str(file.relative_to(root))
-        for entry in _entries(file, shown):
-            if isinstance(entry, ImportProblem):
-                problems.append(entry)
-                continue
-            line, value = entry
-            try:
-                node = _node(value, partition)
-            except ValueError as exc:  # InvalidPathError is a ValueError too
-                problems.append(ImportProblem(shown, line, str(exc)))
-                continue
-            where = shown if line is None else f"{shown}:{line}"
-            earlier = first_seen.get(node.path)
-            if earlier is not None:
-                problems.append(
-                    ImportProblem(
-                        shown, line, f"duplicate path '{node.path}' (first at {earlier})", node.path
-                    )
-                )
-                continue
-            first_seen[node.path] = where
-            items.append(ImportItem(node, shown, line))
-    return items, problems, len(files)
-
-
-# ---------------------------------------------------------------------------------- progress
-
-
-class Progress:
-    """A plain-text progress bar on a stream, redrawn with ``\\r`` (items, rate, ETA).
-
-    Disabled (draws nothing) when ``enabled`` is false; by default it is enabled only when the
-    stream is a TTY.
-    """
-
-    def __init__(
-        self,
-        total: int,
-        *,
-        stream: TextIO | None = None,
-        enabled: bool | None = None,
-        width: int = 30,
-    ) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.total = total
-        self.enabled = self.stream.isatty() if enabled is None else enabled
-        self.width = width
-        self._start = time.monotonic()
-        self._drawn = 0.0
-        self.done = 0
-
-    def line(self, done: int) -> str:
-        """The bar's text for ``done`` items."""
-        elapsed = max(time.monotonic() - self._start, 1e-9)
-        rate = done / elapsed
-        share = done / self.total if self.total else 1.0
-        filled = int(self.width * share)
-        eta = (self.total - done) / rate if rate > 0 else float("inf")
-        eta_text = f"{eta:.0f}s" if eta != float("inf") else "?"
-        bar = "#" * filled + "." * (self.width - filled)
-        return f"[{bar}] {done}/{self.total} items  {rate:,.0f}/s  ETA {eta_text}"
-
-    def update(self, done: int) -> None:
-        """Record progress; redraws at most ten times a second (and at the end)."""
-        self.done = done
-        now = time.monotonic()
-        if not self.enabled or (now - self._drawn < 0.1 and done < self.total):
-            return
-        self._drawn = now
-        self.stream.write("\r" + self.line(done))
-        self.stream.flush()
-
-    def finish(self) -> None:
-        """End the bar's line."""
-        if self.enabled:
-            self.stream.write("\r" + self.line(self.done) + "\n")
-            self.stream.flush()
+_REFUSED_AS_INPUT = frozenset({RejectionReason.INVALID_PATH, RejectionReason.VALIDATION_FAILED})
+"""Refusals of a window that may name one bad entry of it: each entry is then checked alone."""
 
 
 # ---------------------------------------------------------------------------------- importing
@@ -375,6 +97,11 @@ async def _answer(mesh: Mesh, request: CreateNodesRequest) -> CreateNodesRespons
     from rxmesh.aio import first_value
 
     return await first_value(mesh.create_nodes(request))
+
+
+def _stopped(report: ImportReport) -> bool:
+    """Whether the store was unreachable for a window: nothing more is sent."""
+    return bool(report.unavailable or report.partial)
 
 
 async def import_directory(
@@ -388,39 +115,100 @@ async def import_directory(
 ) -> ImportReport:
     """Import the nodes described under ``directory`` through ``mesh.create_nodes``.
 
+    The files are read a window at a time; once a window was answered, the next one is sent
+    while the one after it is read (at most two requests in flight, answered in order).
+
     Returns the :class:`ImportReport`; never raises for a refused or unavailable batch (that is
     in the report). Raises ``NotADirectoryError`` for a missing directory.
     """
     started = time.monotonic()
-    items, problems, files = read_directory(directory, partition=partition)
+    files, windows = read_windows(directory, partition=partition, window=window)
     journal = mesh.ledger.journal_dir
     report = ImportReport(
         store=mesh.store.name,
         files=files,
-        items=len(items) + len(problems),
-        refused=list(problems),
         journal_dir=None if journal is None else str(journal),
     )
-    if progress is not None:
-        progress.total = len(items)
+    if progress is not None and progress.enabled:
+        progress.total = count_entries(directory)
     access = AccessContext(user=user)
-    done = 0
-    for offset in range(0, len(items), window):
-        batch = items[offset : offset + window]
-        if report.unavailable or report.partial:
-            report.not_attempted.extend(item.node.path for item in batch)
-            continue
-        request = CreateNodesRequest(
-            nodes=tuple(item.node for item in batch), access=access, window=window
-        )
-        _settle(report, batch, await _answer(mesh, request), offset // window + 1)
+    sent: deque[tuple[int, list[ImportItem], asyncio.Task[CreateNodesResponse]]] = deque()
+    depth, index, done = 1, 0, 0
+
+    async def settle_oldest() -> None:
+        nonlocal depth, done
+        number, batch, task = sent.popleft()
+        response = await task
+        if response.success:
+            depth = 2  # the store answers: keep the next window in flight while reading
+        await _settle_window(report, mesh, access, window, number, batch, response)
         done += len(batch)
         if progress is not None:
             progress.update(done)
+
+    try:
+        for read in windows:
+            report.items += len(read.items) + len(read.problems)
+            report.refused.extend(read.problems)
+            if not read.items:
+                continue
+            if _stopped(report):
+                report.not_attempted.extend(item.node.path for item in read.items)
+                continue
+            index += 1
+            request = CreateNodesRequest(
+                nodes=tuple(item.node for item in read.items), access=access, window=window
+            )
+            sent.append((index, read.items, asyncio.ensure_future(_answer(mesh, request))))
+            await asyncio.sleep(0)  # let it reach the store before the next window is read
+            while sent and (len(sent) >= depth or _stopped(report)):
+                await settle_oldest()
+        while sent:
+            await settle_oldest()
+    finally:
+        for _, _, task in sent:  # only when the import itself failed or was cancelled
+            task.cancel()
+        if sent:
+            await asyncio.gather(*(task for _, _, task in sent), return_exceptions=True)
     if progress is not None:
         progress.finish()
     report.seconds = time.monotonic() - started
     return report
+
+
+async def _settle_window(
+    report: ImportReport,
+    mesh: Mesh,
+    access: AccessContext,
+    window: int,
+    index: int,
+    batch: list[ImportItem],
+    response: CreateNodesResponse,
+) -> None:
+    """Account for one window's answer. A window refused for its input before any write (the
+    mesh names its first bad entry only) is checked entry by entry: each bad entry is reported
+    with its line, and the rest of the window is sent again."""
+    refused_as_input = response.rejection_reason in _REFUSED_AS_INPUT
+    if refused_as_input and not response.success and not response.created:
+        good: list[ImportItem] = []
+        for item in batch:
+            try:
+                check_node(item.node)
+            except ValueError as exc:  # NodeValidationError and InvalidPathError are, too
+                report.refused.append(ImportProblem(item.file, item.line, str(exc), item.node.path))
+            else:
+                good.append(item)
+        if len(good) < len(batch):
+            if not good:
+                return
+            batch = good
+            response = await _answer(
+                mesh,
+                CreateNodesRequest(
+                    nodes=tuple(item.node for item in good), access=access, window=window
+                ),
+            )
+    _settle(report, batch, response, index)
 
 
 def _settle(
@@ -504,7 +292,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    ledger = PendingWriteLedger(args.journal_dir) if args.journal_dir else None
+    ledger = PendingWriteLedger(args.journal_dir) if args.journal_dir else PendingWriteLedger()
+    try:
+        return await _import(args, ledger)
+    finally:
+        ledger.close()
+
+
+async def _import(args: argparse.Namespace, ledger: PendingWriteLedger) -> int:
     store: Store
     postgres = None
     if args.dsn.startswith("memory:"):
@@ -533,7 +328,13 @@ async def _main(args: argparse.Namespace) -> int:
             )
             return EXIT_UNAVAILABLE
         store = postgres
-    mesh = Mesh(store, ledger=ledger)
+    # Without a journal an UNAVAILABLE create could only be re-issued by this process, which
+    # stops sending windows then and exits: nothing is recorded or re-issued, the report says
+    # to re-run the import (and the store's change feed announces no commit to a recovery).
+    journaled = ledger.journal_dir is not None
+    mesh = Mesh(
+        store, ledger=ledger, record_pending_writes=journaled, recover_pending_writes=journaled
+    )
     try:
         progress = Progress(0, enabled=False if args.no_progress else None)
         report = await import_directory(

@@ -6,10 +6,14 @@ import asyncio
 import io
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reactivex import Observable
 
 from rxmesh import cli
 from rxmesh.importer import (
@@ -23,6 +27,7 @@ from rxmesh.importer import (
 )
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.mesh import Mesh
+from rxmesh.model import MeshNode
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
 
@@ -312,3 +317,156 @@ def test_an_import_user_that_is_not_a_user_id_is_refused_by_the_command_line() -
     assert result.returncode == 2
     assert "argument --user: 'a@b' is not a user id" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------- streaming
+
+
+class _TruncatingStore(InMemoryStore):
+    """Cuts the input file down to its first ``keep`` bytes when the first window is written."""
+
+    def __init__(self, file: Path, keep: int) -> None:
+        super().__init__()
+        self.file, self.keep, self.windows = file, keep, 0
+
+    def write_many(self, nodes: Sequence[MeshNode], window: int = 1000) -> Observable[Any]:
+        self.windows += 1
+        if self.windows == 1:
+            with self.file.open("r+b") as handle:
+                handle.truncate(self.keep)
+        return super().write_many(nodes, window)
+
+
+async def test_the_import_reads_a_window_at_a_time_not_the_whole_input_first(
+    tmp_path: Path,
+) -> None:
+    """FAILS against the old importer, which read (and held) every node before the first write:
+    here the file loses all but its first lines once the first window is written, and only what
+    was read by then (the first window and what the file's buffer held) is imported."""
+    file = tmp_path / "nodes.jsonl"
+    lines = [json.dumps({"path": f"n{i:05d}", "content": {"i": i}}) + "\n" for i in range(5000)]
+    file.write_text("".join(lines))
+    store = _TruncatingStore(file, keep=len("".join(lines[:3])))  # at a line's end
+    mesh = Mesh(store, retry_delays=())
+    report = await import_directory(tmp_path, mesh, partition="p", window=10)
+    mesh.dispose()
+    assert 10 <= report.created < 1000  # the rest was never read
+    assert report.items == report.created + len(report.refused)
+    assert len(report.refused) <= 1  # the line the cut went through, read half from the buffer
+    assert store.windows == report.created // 10 + (report.created % 10 > 0)
+
+
+async def test_the_same_import_without_the_cut_reads_everything(tmp_path: Path) -> None:
+    """Negative control of the test above: the untouched file imports whole."""
+    file = tmp_path / "nodes.jsonl"
+    file.write_text(
+        "".join(json.dumps({"path": f"n{i:05d}", "content": {"i": i}}) + "\n" for i in range(5000))
+    )
+    mesh = Mesh(InMemoryStore(), retry_delays=())
+    report = await import_directory(tmp_path, mesh, partition="p", window=10)
+    mesh.dispose()
+    assert (report.created, report.items, report.exit_status) == (5000, 5000, EXIT_OK)
+
+
+# ---------------------------------------------------------------------------------- validation
+
+
+def test_content_the_mesh_refuses_is_named_with_its_line_and_the_rest_of_its_window_lands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FAILS against the old importer: content a store cannot keep (a NUL character) passed the
+    importer's checks, the mesh refused the whole window naming its first bad entry, and every
+    entry of the window was reported refused with that one reason."""
+    lines = [json.dumps({"path": f"n{i}", "content": {"s": "ok"}}) for i in range(5)]
+    lines[2] = json.dumps({"path": "n2", "content": {"s": "a\u0000b"}})
+    lines[4] = json.dumps({"path": "n4", "node_type": "9-not-a-type"})
+    (tmp_path / "nodes.jsonl").write_text("\n".join(lines) + "\n")
+    status = cli.main(["import", str(tmp_path), "--dsn", "memory://", "--partition", "p"])
+    out = capsys.readouterr().out
+    assert status == EXIT_REFUSED
+    assert "nodes.jsonl:3: node 'p/n2': content.s contains a NUL character" in out
+    assert "nodes.jsonl:5: node_type: String should match pattern" in out
+    assert "created           3" in out
+    assert "refused           2" in out
+
+
+def test_a_window_of_good_entries_is_written_without_a_second_check(tmp_path: Path) -> None:
+    """Negative control of the test above: no entry is checked alone when the mesh accepts."""
+    from unittest import mock
+
+    from rxmesh import _import_read
+
+    lines = [json.dumps({"path": f"n{i}", "content": {"s": "ok"}}) for i in range(5)]
+    (tmp_path / "nodes.jsonl").write_text("\n".join(lines) + "\n")
+    with mock.patch.object(_import_read, "check_node", wraps=_import_read.check_node) as check:
+        mesh = Mesh(InMemoryStore(), retry_delays=())
+        report = asyncio.run(import_directory(tmp_path, mesh, partition="p"))
+        mesh.dispose()
+    assert report.created == 5
+    assert check.call_count == 0
+
+
+def test_a_line_nested_too_deeply_is_refused_with_its_line_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FAILS against the old importer: ``json.loads`` raised RecursionError, which escaped the
+    reader and ended the import with a traceback."""
+    deep = "[" * 100_000 + "]" * 100_000
+    text = json.dumps({"path": "a", "content": 1}) + "\n" + deep + "\n"
+    (tmp_path / "nodes.jsonl").write_text(text + json.dumps({"path": "b", "content": 2}) + "\n")
+    args = ["import", str(tmp_path), "--dsn", "memory://", "--partition", "p", "--no-progress"]
+    status = cli.main(args)
+    out = capsys.readouterr().out
+    assert status == EXIT_REFUSED
+    assert "nodes.jsonl:2: invalid JSON: nested too deeply to read" in out
+    assert "created           2" in out
+
+
+@given(st.text(alphabet="aZ09-._/", min_size=1, max_size=40))
+@settings(max_examples=400, deadline=None)
+def test_the_reader_s_path_shortcut_accepts_only_what_the_path_rule_accepts(path: str) -> None:
+    from rxmesh._import_read import _PLAIN_PATH
+    from rxmesh.model import validate_path
+
+    if _PLAIN_PATH.fullmatch(path) is not None:
+        assert validate_path(path, allow_reserved=False) == path
+
+
+def test_a_path_the_shortcut_does_not_know_is_judged_by_the_path_rule(tmp_path: Path) -> None:
+    """Negative control of the property above: '.hidden' misses the shortcut but obeys the rule,
+    so it is imported; '_x' is refused by the rule itself."""
+    lines = [
+        json.dumps({"path": "a/.hidden", "content": 1}),
+        json.dumps({"path": "_x", "content": 1}),
+    ]
+    (tmp_path / "nodes.jsonl").write_text("\n".join(lines) + "\n")
+    items, problems, _ = read_directory(tmp_path, partition="p")
+    assert [item.node.path for item in items] == ["p/a/.hidden"]
+    assert [str(problem) for problem in problems] == [
+        "nodes.jsonl:2: path 'p/_x': segment '_x' is reserved for system records"
+    ]
+
+
+async def test_a_store_lost_mid_import_stops_sending_and_accounts_for_every_entry(
+    tmp_path: Path,
+) -> None:
+    """Once a window is answered UNAVAILABLE nothing more is sent; a window already in flight
+    is answered on its own (here: UNAVAILABLE too, journaled), the rest is not attempted."""
+    (tmp_path / "n.jsonl").write_text(
+        "\n".join(json.dumps({"path": f"n{i:02d}", "content": i}) for i in range(20)) + "\n"
+    )
+    store = FaultInjectingStore(InMemoryStore())
+    mesh = Mesh(store, ledger=PendingWriteLedger(tmp_path / "journal"), retry_delays=())
+    cut = mesh.created.subscribe(lambda _node: store.refuse_writes_as_unreachable())
+    report = await import_directory(tmp_path, mesh, partition="p", window=4)
+    cut.dispose()
+    assert report.created == 4
+    assert len(report.unavailable) in (4, 8)  # the window that met the outage, and one in flight
+    assert report.not_attempted
+    assert report.created + len(report.unavailable) + len(report.not_attempted) == 20
+    assert sorted(report.unavailable + report.not_attempted) == [
+        f"p/n{i:02d}" for i in range(4, 20)
+    ]
+    assert len(mesh.ledger.pending()) == len(report.unavailable)
+    assert report.exit_status == EXIT_UNAVAILABLE
+    mesh.dispose()
