@@ -1,7 +1,9 @@
 """Pending writes: creates the store could not be reached for, re-issued once when it answers.
 
 The create's unreachable arm answers UNAVAILABLE and records a :class:`PendingWrite` in the
-mesh's :class:`PendingWriteLedger` (durably, in a private journal directory, when one is set).
+mesh's :class:`PendingWriteLedger` (durably, in a private journal directory, when one is set:
+``await ledger.record_durably(intent)`` group-commits on the journal's writer thread, the
+synchronous ``ledger.record(intent)`` writes the intent's own file on the caller's thread).
 :class:`PendingWriteRecovery` re-issues every pending intent when the store shows it answers
 again (a declared change-feed gap, an announced commit) — never on a timer — and each settles as
 one :class:`~rxmesh.operations.Verdict`, published as a :class:`PendingWriteOutcome` on
@@ -11,7 +13,12 @@ one :class:`~rxmesh.operations.Verdict`, published as a :class:`PendingWriteOutc
 from __future__ import annotations
 
 from rxmesh.ledger._journal import JournalError
-from rxmesh.ledger._ledger import JOURNAL_DIR_ENV, PendingWriteHeldError, PendingWriteLedger
+from rxmesh.ledger._ledger import (
+    JOURNAL_DIR_ENV,
+    PendingWriteHeldError,
+    PendingWriteLedger,
+    RecordResult,
+)
 from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
 from rxmesh.ledger._recovery import (
     DEFAULT_MAX_CONCURRENT_REISSUES,
@@ -32,6 +39,7 @@ __all__ = [
     "PendingWriteLedger",
     "PendingWriteOutcome",
     "PendingWriteRecovery",
+    "RecordResult",
     "ReissuingMesh",
     "outcome_of",
 ]
