@@ -317,8 +317,8 @@ def measure_loop_steps(
 
         async def work() -> None:
             tasks: list[asyncio.Task[bool]] = []
-            for start in range(0, len(many), 50):  # the callers arrive, 50 per step
-                chunk = many[start : start + 50]
+            for start in range(0, len(many), 10):  # the callers arrive, 10 per step
+                chunk = many[start : start + 10]
                 tasks.extend(asyncio.create_task(ledger.record_durably(i)) for i in chunk)
                 await asyncio.sleep(0)
             async with asyncio.timeout(600):

@@ -23,7 +23,7 @@ from rxmesh.exceptions import JournalError, PendingWriteHeldError
 from rxmesh.ledger._journal import Journal
 from rxmesh.ledger._log import Log, encode_del, encode_put
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
-from rxmesh.ledger._publish import publish, superseded
+from rxmesh.ledger._publish import log_bulk, log_recorded, publish, superseded
 from rxmesh.ledger._writer import Op, Ticket, Writer
 from rxmesh.operations import Verdict
 
@@ -39,8 +39,7 @@ _ADMIT_CHUNK = 1_000  # a bulk's intents decided per loop step
 
 @dataclass(slots=True, eq=False)
 class _Reservation(Op):
-    """A record decided and not yet durable: its op, and what it replaces (one object per
-    intent: a 10,000-node bulk allocates little for the collector to walk)."""
+    """A record decided, not yet durable: its op and what it replaces (one object per intent)."""
 
     index: int = 0  # where its result goes in the ticket's results
     fmt: Format = "log"
@@ -174,7 +173,8 @@ class LedgerCore:
     def _open_ticket(
         self, count: int, loop: asyncio.AbstractEventLoop | None, *, bulk: bool
     ) -> Ticket:
-        context = _Record([False] * count, [], loop, bulk)
+        results: list[RecordResult] = [False] * count
+        context = _Record(results, [], loop, bulk)
         ticket = Ticket([], context=context, loop=loop, sealed=False)
         if loop is not None:
             ticket.waiter = loop.create_future()
@@ -251,10 +251,16 @@ class LedgerCore:
 
     async def _admit_bulk(
         self, intents: list[PendingWrite], loop: asyncio.AbstractEventLoop
-    ) -> Ticket:
+    ) -> list[Ticket]:
         """Decide a bulk's intents ``_ADMIT_CHUNK`` at a time, yielding to the loop in between
-        (10,000 decisions in one step would hold it for tens of ms); queue it as one ticket."""
+        (10,000 decisions in one step would hold it for tens of ms); queue them as one ticket.
+
+        One ticket unless a synchronous :meth:`record` had to go through the writer meanwhile:
+        it seals the open ticket (a thread blocked behind a ticket its own loop is still filling
+        would wait for ever), and the rest of the bulk continues in a new one.
+        """
         ticket = self._open_ticket(len(intents), loop, bulk=True)
+        tickets = [ticket]
         try:
             for start in range(0, len(intents), _ADMIT_CHUNK):
                 if start:
@@ -262,6 +268,9 @@ class LedgerCore:
                     if ticket.abandoned:  # the ledger was closed meanwhile
                         raise self._closed_error()
                 with self._lock:
+                    if ticket.sealed:  # split by a synchronous record: continue in a new one
+                        ticket = self._continue(ticket)
+                        tickets.append(ticket)
                     self._admit(
                         ticket,
                         intents[start : start + _ADMIT_CHUNK],
@@ -276,7 +285,20 @@ class LedgerCore:
             raise
         with self._lock:
             self._seal(ticket)
-        return ticket
+        return tickets
+
+    def _continue(self, ticket: Ticket) -> Ticket:
+        context = ticket.context
+        assert isinstance(context, _Record)
+        assert ticket.loop is not None
+        following = self._open_ticket(0, ticket.loop, bulk=True)
+        following.context = _Record(context.results, [], ticket.loop, True)  # shared results
+        return following
+
+    def _seal_open(self) -> None:
+        """Under the lock: seal every ticket still being filled (see :meth:`_admit_bulk`)."""
+        for ticket in list(self._open):
+            self._seal(ticket)
 
     def _encode(self, intent: PendingWrite) -> bytes:
         assert self._journal is not None
@@ -409,30 +431,11 @@ class LedgerCore:
     def _log_records(self, context: _Record) -> None:
         where = None if self._journal is None else str(self._journal.directory)
         if context.bulk:
-            recorded = sum(1 for result in context.results if result is True)
-            logger.bind(journal_dir=where, recorded=recorded).info(
-                "{} of {} pending write(s) of a bulk recorded durably in one step",
-                recorded,
-                len(context.results),
-            )
+            log_bulk(sum(1 for r in context.results if r is True), len(context.results), where)
             return
         for reservation in context.reserved:
             if context.results[reservation.index] is True:
-                self._log_recorded(reservation.record, reservation.prior is not None)
-
-    def _log_recorded(self, intent: PendingWrite, replaced: bool) -> None:
-        logger.bind(
-            path=intent.path,
-            requester=intent.requester,
-            request_id=intent.request_id,
-            journal_dir=None if self._journal is None else str(self._journal.directory),
-        ).info(
-            "pending write recorded for {} by {} ({}){}",
-            intent.path,
-            intent.requester,
-            "durable" if self._journal is not None else "in memory",
-            "; it replaces the earlier intent for that path" if replaced else "",
-        )
+                log_recorded(reservation.record, reservation.prior is not None, where)
 
     # ------------------------------------------------------------------------------ outcomes
 

@@ -15,6 +15,7 @@ from rxmesh.ledger._core import _NOTHING, Format, LedgerCore, RecordResult, _Rec
 from rxmesh.ledger._journal import Journal
 from rxmesh.ledger._log import Log
 from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
+from rxmesh.ledger._publish import log_recorded
 from rxmesh.ledger._writer import Writer
 from rxmesh.operations import Verdict
 
@@ -205,9 +206,11 @@ class PendingWriteLedger(LedgerCore):
                 if previous is not None and previous.request_id != intent.request_id:
                     superseded = self._supersede(previous, intent, "before it was re-issued")
             else:
+                self._seal_open()  # never wait behind a bulk this thread's loop is deciding
                 ticket = self._submit([intent], fmt_for_new="file", encode=True, loop=None)
         if direct:
-            self._log_recorded(intent, holder is not None)
+            where = None if self._journal is None else str(self._journal.directory)
+            log_recorded(intent, holder is not None, where)
             if superseded is not None:
                 self._publish(superseded)
             return True
@@ -275,19 +278,17 @@ class PendingWriteLedger(LedgerCore):
         loop = asyncio.get_running_loop()
         if not bulk:
             with self._lock:
-                ticket = self._submit(intents, fmt_for_new="log", encode=True, loop=loop)
+                tickets = [self._submit(intents, fmt_for_new="log", encode=True, loop=loop)]
         else:
-            ticket = await self._admit_bulk(intents, loop)
-        context = ticket.context
+            tickets = await self._admit_bulk(intents, loop)
+        context = tickets[0].context
         assert isinstance(context, _Record)
-        if not ticket.queued:
-            return context.results
-        assert ticket.waiter is not None
-        # A cancelled caller cancels only this wait: the record completes (and publishes).
-        answer = await ticket.waiter
-        assert isinstance(answer, tuple)
-        done: list[RecordResult] = answer[0]
-        return done
+        for ticket in tickets:  # every one shares the bulk's results
+            if ticket.queued:
+                assert ticket.waiter is not None
+                # A cancelled caller cancels only this wait: the record completes (and publishes).
+                await ticket.waiter
+        return context.results
 
     def take_all(self) -> list[PendingWrite]:
         """Take every pending intent out for re-issue (oldest first).

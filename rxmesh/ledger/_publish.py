@@ -1,4 +1,4 @@
-"""How a settled intent is told: counted, logged, published on the ledger's outcomes."""
+"""How the ledger tells: a recorded intent logged; a settled one counted, logged, published."""
 
 from __future__ import annotations
 
@@ -8,7 +8,30 @@ from reactivex.subject import Subject
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
 from rxmesh.operations import Verdict
 
-__all__ = ["publish", "superseded"]
+__all__ = ["log_bulk", "log_recorded", "publish", "superseded"]
+
+
+def log_recorded(intent: PendingWrite, replaced: bool, journal_dir: str | None) -> None:
+    """INFO: ``intent`` is recorded (durably when there is a journal)."""
+    logger.bind(
+        path=intent.path,
+        requester=intent.requester,
+        request_id=intent.request_id,
+        journal_dir=journal_dir,
+    ).info(
+        "pending write recorded for {} by {} ({}){}",
+        intent.path,
+        intent.requester,
+        "durable" if journal_dir is not None else "in memory",
+        "; it replaces the earlier intent for that path" if replaced else "",
+    )
+
+
+def log_bulk(recorded: int, total: int, journal_dir: str | None) -> None:
+    """INFO: one line for a bulk's records (not one per node)."""
+    logger.bind(journal_dir=journal_dir, recorded=recorded).info(
+        "{} of {} pending write(s) of a bulk recorded durably in one step", recorded, total
+    )
 
 
 def superseded(

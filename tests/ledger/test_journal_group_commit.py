@@ -347,3 +347,34 @@ def test_a_writer_that_ends_between_two_tickets_never_strands_the_second(
         writer.close()
         log.close()
         journal.close()
+
+
+def test_a_sync_record_on_the_loop_never_waits_behind_a_bulk_that_loop_is_deciding(
+    journal_dir: Path,
+) -> None:
+    """FAILS against the first version (it hung for ever): the sync record's ticket queued behind
+    the bulk's open ticket, and the loop that would seal it was the one blocked waiting. Now the
+    sync record seals the open ticket first; the bulk continues in a new one."""
+    outcome: dict[str, object] = {}
+
+    async def scenario() -> None:
+        ledger = PendingWriteLedger(journal_dir)
+        try:
+            nodes = [make_intent(f"acme/bulk/n{i}", request_id="bulk") for i in range(2500)]
+            bulk = asyncio.create_task(ledger.record_many_durably(nodes))
+            await asyncio.sleep(0)  # the first 1,000 are decided; the bulk yields
+            outcome["sync"] = ledger.record(make_intent("acme/bulk/n0", request_id="sync"))
+            async with asyncio.timeout(BOUND):
+                outcome["bulk"] = await bulk
+            outcome["pending"] = {i.path: i.request_id for i in ledger.pending()}["acme/bulk/n0"]
+        finally:
+            ledger.close()
+
+    thread = threading.Thread(target=lambda: asyncio.run(scenario()), daemon=True)
+    thread.start()
+    thread.join(BOUND)
+    assert not thread.is_alive(), "the synchronous record waited for ever behind the bulk"
+    assert outcome["sync"] is True
+    assert outcome["bulk"] == [True] * 2500
+    assert outcome["pending"] == "sync"
+    assert dict(_reloaded(journal_dir))["acme/bulk/n0"] == "sync"
