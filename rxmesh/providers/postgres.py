@@ -262,18 +262,6 @@ def _stored_nodes_of(rows: Sequence[asyncpg.Record], partition: str) -> list[Mes
     return nodes
 
 
-async def _stored_nodes(fetched: Sequence[tuple[str, Sequence[asyncpg.Record]]]) -> list[MeshNode]:
-    """:func:`_stored_nodes_of` over ``(partition, rows)`` pairs, :data:`_BUILD_CHUNK` rows a
-    loop turn."""
-    nodes: list[MeshNode] = []
-    for partition, rows in fetched:
-        for start in range(0, len(rows), _BUILD_CHUNK):
-            if nodes:
-                await asyncio.sleep(0)
-            nodes.extend(_stored_nodes_of(rows[start : start + _BUILD_CHUNK], partition))
-    return nodes
-
-
 def _same(a: MeshNode | None, b: MeshNode) -> bool:
     """Whether two rows are equal (their fields; what ``==`` compares, minus its overhead)."""
     return a is not None and (a is b or a.__dict__ == b.__dict__)
@@ -1470,11 +1458,26 @@ class PostgresStore:
     # ------------------------------------------------------------------ queries
 
     async def _select(self, query: NodeQuery) -> list[MeshNode]:
-        # The rows are built after the connection went back to the pool, a chunk per loop turn.
-        return await _stored_nodes(await self._select_rows(query))
+        """The nodes matching ``query``, ordered by path: built batch by batch as the rows come,
+        so a batch's records are gone before the next arrives (a 50k-row read never holds 50k
+        records beside the nodes, and no single read of the socket decodes them all)."""
+        nodes: list[MeshNode] = []
+        await self._select_batches(
+            query, lambda partition, rows: nodes.extend(_stored_nodes_of(rows, partition))
+        )
+        return nodes
 
     async def _select_rows(self, query: NodeQuery) -> list[tuple[str, list[asyncpg.Record]]]:
-        """The rows matching ``query``, as ``(partition, rows)`` pairs ordered by path."""
+        """The rows matching ``query``, as ``(partition, rows)`` batches ordered by path."""
+        found: list[tuple[str, list[asyncpg.Record]]] = []
+        await self._select_batches(query, lambda partition, rows: found.append((partition, rows)))
+        return found
+
+    async def _select_batches(
+        self, query: NodeQuery, each: Callable[[str, list[asyncpg.Record]], None]
+    ) -> None:
+        """Hand ``each`` the rows matching ``query`` in :data:`_BUILD_CHUNK`-row batches, ordered
+        by path, through a cursor per partition (one transaction, one snapshot, each)."""
         prefix = query.path_prefix.rstrip("/")
         wanted: list[str] | None = None
         if query.partition is not None:
@@ -1482,29 +1485,29 @@ class PostgresStore:
         if prefix:
             head = partition_of(prefix)
             if wanted is not None and head not in wanted:
-                return []
+                return
             wanted = [head]
         for partition in wanted or ():
             validate_path(partition, allow_reserved=False)
 
-        async def work(conn: _Connection) -> list[tuple[str, list[asyncpg.Record]]]:
+        async def work(conn: _Connection) -> None:
             partitions = wanted if wanted is not None else await self._partitions(conn)
-            found: list[tuple[str, list[asyncpg.Record]]] = []
             for partition in partitions:
                 try:
-                    rows = await conn.fetch(
-                        f"SELECT {_COLUMNS} FROM {self._table(partition)}"
-                        " WHERE ($1 = '' OR path = $1 OR starts_with(path, $1 || '/'))"
-                        " AND ($2::text IS NULL OR node_type = $2) ORDER BY path",
-                        prefix,
-                        query.node_type,
-                    )
+                    async with conn.transaction():  # a cursor lives in a transaction
+                        cursor = await conn.cursor(
+                            f"SELECT {_COLUMNS} FROM {self._table(partition)}"
+                            " WHERE ($1 = '' OR path = $1 OR starts_with(path, $1 || '/'))"
+                            " AND ($2::text IS NULL OR node_type = $2) ORDER BY path",
+                            prefix,
+                            query.node_type,
+                        )
+                        while rows := await cursor.fetch(_BUILD_CHUNK):
+                            each(partition, rows)
                 except _MISSING_SCHEMA:
                     continue
-                found.append((partition, rows))
-            return found
 
-        return await self._run(f"querying {query!r}", work)
+        await self._run(f"querying {query!r}", work)
 
     def _reselect(self, query: NodeQuery, gap: int) -> asyncio.Future[_Reread]:
         """The re-select of ``query`` after gap number ``gap``, shared by every subscription of
@@ -1606,30 +1609,34 @@ class PostgresStore:
         time), so its content is not even decoded.
         """
         seen: set[str] = set()
-        for partition, rows in reread.fetched:
-            for start in range(0, len(rows), _BUILD_CHUNK):
-                if start:
-                    await asyncio.sleep(0)
-                stale = []
-                for row in rows[start : start + _BUILD_CHUNK]:
-                    path = row[0]
-                    seen.add(path)
-                    old = known.get(path)
-                    if (
-                        old is None
-                        or old.version != row[5]
-                        or old.request_id != row[6]
-                        or old.created_at != row[4]
-                        or old.node_type != row[1]
-                        or old.created_by != row[3]
-                    ):
-                        stale.append(row)
-                for node in reread.built(stale, partition):
-                    if not _same(known.get(node.path), node):
-                        known[node.path] = node
-                        pending.upsert(node)
-        await asyncio.sleep(0)
-        for path in sorted(path for path in known if path not in seen):
+        for partition, rows in reread.fetched:  # batches of at most _BUILD_CHUNK rows
+            await asyncio.sleep(0)
+            stale = []
+            for row in rows:
+                path = row[0]
+                seen.add(path)
+                old = known.get(path)
+                if (
+                    old is None
+                    or old.version != row[5]
+                    or old.request_id != row[6]
+                    or old.created_at != row[4]
+                    or old.node_type != row[1]
+                    or old.created_by != row[3]
+                ):
+                    stale.append(row)
+            for node in reread.built(stale, partition):
+                if not _same(known.get(node.path), node):
+                    known[node.path] = node
+                    pending.upsert(node)
+        if len(known) == len(seen):  # every known path was re-read: nothing was removed
+            return
+        paths = list(known)
+        gone: list[str] = []
+        for start in range(0, len(paths), _BUILD_CHUNK * 10):
+            await asyncio.sleep(0)
+            gone.extend(p for p in paths[start : start + _BUILD_CHUNK * 10] if p not in seen)
+        for path in sorted(gone):
             del known[path]
             pending.remove(path)
 
