@@ -213,6 +213,9 @@ _STORED_FIELDS_SET = set(MeshNode.model_fields)
 frozen model never changes it, and pydantic copies it before a ``model_copy`` updates it), so a
 50k-row read makes 50k fewer objects for the garbage collector to walk."""
 _BUILD_CHUNK = 1000
+_FETCH_BATCH = 5000
+"""Rows a live query's cursor fetches per round trip (built or compared ``_BUILD_CHUNK`` at a
+time): a 50k-row read is 10 round trips, and no socket read decodes more than this."""
 """Rows built (or compared) per step of a large read; the loop gets a turn between two steps, so
 a 50k-row Initial or gap re-select never holds it for long."""
 
@@ -1462,21 +1465,29 @@ class PostgresStore:
         so a batch's records are gone before the next arrives (a 50k-row read never holds 50k
         records beside the nodes, and no single read of the socket decodes them all)."""
         nodes: list[MeshNode] = []
-        await self._select_batches(
-            query, lambda partition, rows: nodes.extend(_stored_nodes_of(rows, partition))
-        )
+
+        async def build(partition: str, rows: list[asyncpg.Record]) -> None:
+            for start in range(0, len(rows), _BUILD_CHUNK):
+                await asyncio.sleep(0)
+                nodes.extend(_stored_nodes_of(rows[start : start + _BUILD_CHUNK], partition))
+
+        await self._select_batches(query, build)
         return nodes
 
     async def _select_rows(self, query: NodeQuery) -> list[tuple[str, list[asyncpg.Record]]]:
         """The rows matching ``query``, as ``(partition, rows)`` batches ordered by path."""
         found: list[tuple[str, list[asyncpg.Record]]] = []
-        await self._select_batches(query, lambda partition, rows: found.append((partition, rows)))
+
+        async def keep(partition: str, rows: list[asyncpg.Record]) -> None:
+            found.append((partition, rows))
+
+        await self._select_batches(query, keep)
         return found
 
     async def _select_batches(
-        self, query: NodeQuery, each: Callable[[str, list[asyncpg.Record]], None]
+        self, query: NodeQuery, each: Callable[[str, list[asyncpg.Record]], Awaitable[None]]
     ) -> None:
-        """Hand ``each`` the rows matching ``query`` in :data:`_BUILD_CHUNK`-row batches, ordered
+        """Hand ``each`` the rows matching ``query`` in :data:`_FETCH_BATCH`-row batches, ordered
         by path, through a cursor per partition (one transaction, one snapshot, each)."""
         prefix = query.path_prefix.rstrip("/")
         wanted: list[str] | None = None
@@ -1502,8 +1513,8 @@ class PostgresStore:
                             prefix,
                             query.node_type,
                         )
-                        while rows := await cursor.fetch(_BUILD_CHUNK):
-                            each(partition, rows)
+                        while rows := await cursor.fetch(_FETCH_BATCH):
+                            await each(partition, rows)
                 except _MISSING_SCHEMA:
                     continue
 
@@ -1609,26 +1620,27 @@ class PostgresStore:
         time), so its content is not even decoded.
         """
         seen: set[str] = set()
-        for partition, rows in reread.fetched:  # batches of at most _BUILD_CHUNK rows
-            await asyncio.sleep(0)
-            stale = []
-            for row in rows:
-                path = row[0]
-                seen.add(path)
-                old = known.get(path)
-                if (
-                    old is None
-                    or old.version != row[5]
-                    or old.request_id != row[6]
-                    or old.created_at != row[4]
-                    or old.node_type != row[1]
-                    or old.created_by != row[3]
-                ):
-                    stale.append(row)
-            for node in reread.built(stale, partition):
-                if not _same(known.get(node.path), node):
-                    known[node.path] = node
-                    pending.upsert(node)
+        for partition, batch in reread.fetched:
+            for start in range(0, len(batch), _BUILD_CHUNK):
+                await asyncio.sleep(0)
+                stale = []
+                for row in batch[start : start + _BUILD_CHUNK]:
+                    path = row[0]
+                    seen.add(path)
+                    old = known.get(path)
+                    if (
+                        old is None
+                        or old.version != row[5]
+                        or old.request_id != row[6]
+                        or old.created_at != row[4]
+                        or old.node_type != row[1]
+                        or old.created_by != row[3]
+                    ):
+                        stale.append(row)
+                for node in reread.built(stale, partition):
+                    if not _same(known.get(node.path), node):
+                        known[node.path] = node
+                        pending.upsert(node)
         if len(known) == len(seen):  # every known path was re-read: nothing was removed
             return
         paths = list(known)
