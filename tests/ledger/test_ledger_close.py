@@ -27,8 +27,10 @@ def open_directories(target: Path) -> int:
 
 def intent(path: str = "p/a") -> PendingWrite:
     return PendingWrite(
-        node=MeshNode(path=path, content={}), requester="alice",
-        access=AccessContext(user="alice"), request_id="r1",
+        node=MeshNode(path=path, content={}),
+        requester="alice",
+        access=AccessContext(user="alice"),
+        request_id="r1",
     )
 
 
