@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from pydantic import JsonValue
 from reactivex import operators as ops
 
 from rxmesh.aio import first_value
@@ -195,3 +196,31 @@ async def test_a_bulk_write_through_a_transaction_pooler_lands_and_skips_taken_r
         assert row.request_id == "mine"
     finally:
         await store.close()
+
+
+async def test_bulk_written_contents_read_back_as_single_writes_do(
+    pg_dsn: str, prefix: str
+) -> None:
+    """The bulk path encodes contents itself (one C encoder, compact): what it stores must be
+    what ``write`` (``json.dumps``) stores, for every kind of JSON value."""
+    contents: list[JsonValue] = [
+        {"text": "é ü \u2028 ☃ 𝄞", "nested": [1, {"a": [None, True, False]}], "n": -0.0},
+        [1.5, 1e300, 10**30, "x"],
+        "just a string",
+        12,
+        None,
+    ]
+    async with started(pg_dsn, prefix) as store:
+        bulk = [
+            MeshNode(path=f"b/n{i}", node_type="Doc", content=c, version=1)
+            for i, c in enumerate(contents)
+        ]
+        await _windows(store, bulk, 2)
+        for i, content in enumerate(contents):
+            single = MeshNode(path=f"s/n{i}", node_type="Doc", content=content, version=1)
+            await first_value(store.write(single), timeout=WAIT)
+        for i in range(len(contents)):
+            from_bulk = await first_value(store.read(f"b/n{i}"), timeout=WAIT)
+            from_single = await first_value(store.read(f"s/n{i}"), timeout=WAIT)
+            assert from_bulk is not None and from_single is not None
+            assert from_bulk.content == from_single.content  # jsonb's own form, both ways
