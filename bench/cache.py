@@ -7,7 +7,22 @@ interleaved and the median of each side is taken. One JSON line (``"bench": "cac
 
     python bench/cache.py [SUBSCRIBERS] [REPEATS]
 
-Live queries (PostgreSQL at ``--dsn``, default ``RXMESH_TEST_DSN``): see :func:`measure_live`.
+Live queries (PostgreSQL at ``--dsn``, default ``RXMESH_TEST_DSN``), per size (10k and 50k rows
+COPYed into one partition, bench schemas of their own, dropped after):
+
+- ``live_initial``: the Initial through ``store.query`` and through a fresh mesh's ``mesh.live``
+  against the raw asyncpg fetch of the same rows; interleaved, median of ``--repeat``; the GC
+  time of each (``gc.callbacks``). Target: ratio <= 2.
+- ``live_delta_latency`` (per writer count): a writer process commits rows one by one (its own
+  connection per writer) for ``--seconds``; two observer processes, each alone on its loop, see
+  the same commits: ``store.query`` (the baseline) and ``mesh.live``. Latency is from just
+  before the INSERT (stamped in the row) to the frame carrying it. Targets: p50 <= 1.5x and
+  p99 <= 2x the baseline's, 100% delivered.
+- ``live_gap``: ``store.query`` and ``mesh.live`` open on the partition; the listener is killed
+  (``pg_terminate_backend``), a row is inserted meanwhile; the time from the declared gap to each
+  receiving it, against the raw fetch (interleaved); the re-selects each gap took; the worst
+  loop step under asyncio debug mode (``slow_callback_duration = 0.02``) and rxmesh's
+  ``LoopStallMonitor`` (with the GC share of the longest stall).
 
     python bench/cache.py live [--rows 10000,50000] [--writers 1,8] [--seconds 3] [--repeat 3]
 """
@@ -323,26 +338,32 @@ async def _until(predicate: Callable[[], bool], timeout: float) -> bool:
 
 
 async def _observer_main(args: list[str]) -> None:
-    """The baseline: a process of its own with only ``store.query`` subscribed (its own store on
-    the same prefix), so nothing else on its loop delays it. Prints ``ready`` once its Initial
-    is in; on a line on stdin prints its arrivals as JSON and ends."""
-    dsn, prefix, tag = args
+    """One observer in a process of its own, so nothing else on its loop delays it: ``store``
+    subscribes ``store.query`` (the baseline), ``mesh`` subscribes ``mesh.live``, each on its own
+    store on the bench's prefix. Prints ``ready`` once its Initial is in; given ``N`` on stdin,
+    waits (bounded) until it has seen N of the run's rows, prints its arrivals as JSON, ends."""
+    dsn, prefix, tag, mode = args
     arrivals = _Arrivals(tag)
     store = PostgresStore(dsn, schema_prefix=prefix, max_size=2)
     await store.start()
+    mesh = Mesh(store, record_pending_writes=False, recover_pending_writes=False)
     try:
-        subscription = store.query(NodeQuery(partition=PARTITION)).subscribe(
-            arrivals, arrivals.errors.append
-        )
+        query = NodeQuery(partition=PARTITION)
+        source = store.query(query) if mode == "store" else mesh.live(query)
+        subscription = source.subscribe(arrivals, arrivals.errors.append)
         if not await _until(lambda: arrivals.initial is not None, 120):
             raise AssertionError(f"no Initial within 120 s ({arrivals.errors})")
         print("ready", flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        await _until(lambda: len(arrivals.at) >= int(line), 30)
         subscription.dispose()
     finally:
+        _release_all(mesh)
+        mesh.dispose()
         await store.close()
     errors = [repr(error) for error in arrivals.errors]
-    print(json.dumps({"at": arrivals.at, "sent": arrivals.sent, "errors": errors}), flush=True)
+    report = {"at": arrivals.at, "sent": arrivals.sent, "frames": arrivals.frames}
+    print(json.dumps({**report, "errors": errors}), flush=True)
 
 
 async def _bench_process(*args: str) -> asyncio.subprocess.Process:
@@ -356,50 +377,46 @@ async def _bench_process(*args: str) -> asyncio.subprocess.Process:
 
 
 async def _latency(lab: _Lab, writers: int, seconds: float) -> dict[str, Any]:
-    """Delta latency while a writer process commits rows one by one for ``seconds``: through
-    ``mesh.live`` against ``store.query`` alone in a process of its own (the baseline; the
-    targets are ratios to it), with ``store.query`` also subscribed beside the mesh (same loop)
-    for reference."""
+    """Delta latency while a writer process commits rows one by one for ``seconds``, seen by two
+    observer processes on the same commits: ``mesh.live`` against ``store.query`` (the baseline;
+    the targets are ratios to it), each alone on its loop."""
     tag = uuid.uuid4().hex[:6]
-    inproc, live = _Arrivals(tag), _Arrivals(tag)
-    observer = await _bench_process("observer", lab.dsn, lab.prefix, tag)
-    subscriptions = [
-        lab.store.query(lab.query).subscribe(inproc, inproc.errors.append),
-        lab.mesh.live(lab.query).subscribe(live, live.errors.append),
-    ]
+    observers = {
+        mode: await _bench_process("observer", lab.dsn, lab.prefix, tag, mode)
+        for mode in ("store", "mesh")
+    }
     try:
-        assert observer.stdout is not None
-        ready = await asyncio.wait_for(observer.stdout.readline(), 120)
-        if ready.strip() != b"ready":
-            raise AssertionError(f"the baseline observer did not start: {ready!r}")
-        if not await _until(lambda: inproc.initial is not None and live.initial is not None, 60):
-            raise AssertionError(f"no Initial within 60 s ({inproc.errors or live.errors})")
+        for mode, observer in observers.items():
+            assert observer.stdout is not None
+            ready = await asyncio.wait_for(observer.stdout.readline(), 120)
+            if ready.strip() != b"ready":
+                raise AssertionError(f"the {mode} observer did not start: {ready!r}")
         writer = await _bench_process(
             "writer", lab.dsn, lab.schema, str(writers), str(seconds), tag
         )
         out, _ = await asyncio.wait_for(writer.communicate(), seconds + 60)
+        ended = time.time()
         written = int(json.loads(out)["written"])
         lab.rows += written
-        await _until(lambda: min(len(inproc.at), len(live.at)) >= written, 1.0)  # 1 s after
-        within = len(live.at)
-        await _until(lambda: min(len(inproc.at), len(live.at)) >= written, 30.0)
-        await asyncio.sleep(0.5)  # the baseline's last deliveries, if it is behind (it is not)
-        observed, _ = await asyncio.wait_for(observer.communicate(b"stop\n"), 60)
-        solo = json.loads(observed.splitlines()[-1])
+        seen = {}
+        for mode, observer in observers.items():
+            report, _ = await asyncio.wait_for(observer.communicate(f"{written}\n".encode()), 60)
+            seen[mode] = json.loads(report.splitlines()[-1])
     finally:
-        for subscription in subscriptions:
-            subscription.dispose()
-        if observer.returncode is None:
-            observer.kill()
-            await observer.wait()
-    if inproc.errors or live.errors or solo["errors"]:
-        raise AssertionError(f"a live query failed: {inproc.errors or live.errors or solo}")
-    baseline = [solo["at"][path] - sent for path, sent in solo["sent"].items()]
-    side, beside = live.latencies(), inproc.latencies()
+        for observer in observers.values():
+            if observer.returncode is None:
+                observer.kill()
+                await observer.wait()
+    if seen["store"]["errors"] or seen["mesh"]["errors"]:
+        raise AssertionError(f"a live query failed: {seen}")
+
+    def latencies(mode: str) -> list[float]:
+        return [seen[mode]["at"][path] - sent for path, sent in seen[mode]["sent"].items()]
 
     def share(count: int) -> float:
         return round(count / written, 4) if written else 1.0
 
+    baseline, side = latencies("store"), latencies("mesh")
     row: dict[str, Any] = {
         "bench": "live_delta_latency",
         "rows": lab.rows,
@@ -410,12 +427,13 @@ async def _latency(lab: _Lab, writers: int, seconds: float) -> dict[str, Any]:
         "store_p99_ms": _ms(_percentile(baseline, 0.99)),
         "mesh_p50_ms": _ms(_percentile(side, 0.5)),
         "mesh_p99_ms": _ms(_percentile(side, 0.99)),
-        "store_beside_mesh_p50_ms": _ms(_percentile(beside, 0.5)),
-        "store_beside_mesh_p99_ms": _ms(_percentile(beside, 0.99)),
-        "store_delivered": share(len(solo["at"])),
-        "mesh_delivered": share(len(live.at)),
-        "mesh_delivered_within_1s": share(within),
-        "mesh_frames": live.frames,
+        "store_delivered": share(len(seen["store"]["at"])),
+        "mesh_delivered": share(len(seen["mesh"]["at"])),
+        "mesh_delivered_within_1s": share(
+            sum(1 for at in seen["mesh"]["at"].values() if at <= ended + 1.0)
+        ),
+        "store_frames": seen["store"]["frames"],
+        "mesh_frames": seen["mesh"]["frames"],
     }
     for q in ("p50", "p99"):
         base = row[f"store_{q}_ms"]
