@@ -27,6 +27,7 @@ from rxmesh.model import (
     MAX_PATH_DEPTH,
     MAX_PATH_LENGTH,
     MAX_SEGMENT_LENGTH,
+    NODE_TYPE_PATTERN,
     MeshNode,
     validate_content,
     validate_path,
@@ -56,6 +57,7 @@ _PLAIN_PATH = re.compile(
 ``_`` or ``.``, none is too long, not too many): one regex match instead of the rule's loop.
 Any other path is judged by :func:`~rxmesh.model.validate_path` itself, which names the problem
 (or accepts it: this is a shortcut, never a second rule)."""
+_NODE_TYPE = re.compile(NODE_TYPE_PATTERN)
 _JSON_SPACE = " \t\n\r"
 _raw_decode = json.JSONDecoder().raw_decode
 
@@ -158,7 +160,10 @@ def _entry(value: object, prefix: str) -> MeshNode:
     content = value.get("content")
     if node_type is None and content is None:
         raise ValueError(f"node '{full}' has neither a node_type nor content")
-    return trusted_node(full, node_type, content)
+    node = trusted_node(full, node_type, content)
+    if node_type is not None and _NODE_TYPE.fullmatch(node_type) is None:
+        check_node(node)  # raises, saying why as the model does
+    return node
 
 
 def _invalid(exc: json.JSONDecodeError) -> str:

@@ -470,3 +470,22 @@ async def test_a_store_lost_mid_import_stops_sending_and_accounts_for_every_entr
     assert len(mesh.ledger.pending()) == len(report.unavailable)
     assert report.exit_status == EXIT_UNAVAILABLE
     mesh.dispose()
+
+
+def test_an_entry_with_a_bad_node_type_is_refused_as_read_and_leaves_its_path_free(
+    tmp_path: Path,
+) -> None:
+    """A node type the model refuses is refused where it is read (as a bad path is), so a later
+    entry for the same path is not a duplicate of it; a trailing newline is refused too."""
+    lines = [
+        json.dumps({"path": "a", "node_type": "9-not-a-type"}),
+        json.dumps({"path": "b", "node_type": "Ab\n"}),
+        json.dumps({"path": "a", "node_type": "Fine"}),
+    ]
+    (tmp_path / "nodes.jsonl").write_text("\n".join(lines) + "\n")
+    items, problems, _ = read_directory(tmp_path, partition="p")
+    assert [(item.line, item.node.path) for item in items] == [(3, "p/a")]
+    assert [(problem.line, problem.reason.split(":")[0]) for problem in problems] == [
+        (1, "node_type"),
+        (2, "node_type"),
+    ]
