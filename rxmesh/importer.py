@@ -11,8 +11,9 @@ With ``--partition P`` paths are relative to the partition (``"a/b"`` becomes ``
 
 The files are streamed: ``--window`` nodes are read, checked and sent through
 :meth:`rxmesh.Mesh.create_nodes` as one request (one transaction per partition) while the next
-window is read, so memory stays flat whatever the size of the input. An existing node is never
-overwritten: it is reported "already present", so running the same import again creates nothing.
+window is read, so memory does not grow with the input (but for one path per node read, kept to
+name duplicates). An existing node is never overwritten: it is reported "already present", so
+running the same import again creates nothing.
 Bad entries (invalid JSON, a bad path, a wrong type, an unknown key, a duplicate path, content a
 store cannot keep) are reported with their file, line and reason before their window is written,
 and do not stop the others. If the store cannot be reached, the batch is answered UNAVAILABLE (its
