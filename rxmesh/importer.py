@@ -151,6 +151,7 @@ async def import_directory(
         for read in windows:
             report.items += len(read.items) + len(read.problems)
             report.refused.extend(read.problems)
+            done += len(read.problems)  # the bar counts entries, as its total does
             if not read.items:
                 continue
             if _stopped(report):
