@@ -60,6 +60,8 @@ Any other path is judged by :func:`~rxmesh.model.validate_path` itself, which na
 _NODE_TYPE = re.compile(NODE_TYPE_PATTERN)
 _JSON_SPACE = " \t\n\r"
 _raw_decode = json.JSONDecoder().raw_decode
+_BLOCK = 1 << 20
+"""Bytes of a JSON-lines file read at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,23 +185,39 @@ def _loads(text: str) -> object:
 
 
 def _lines(file: Path, shown: str) -> Iterator[tuple[int | None, object] | ImportProblem]:
-    """A JSON-lines file, line by line (blank lines skipped): ``(line, value)`` or a problem."""
+    """A JSON-lines file, line by line (blank lines skipped): ``(line, value)`` or a problem.
+
+    Read in blocks of :data:`_BLOCK` bytes cut after their last LF; a line ends at LF, CRLF or a
+    lone CR (what a text editor numbers), never at U+2028, which a JSON string may hold.
+    """
     try:
         handle = file.open("rb")
     except OSError as exc:
         yield ImportProblem(shown, None, f"cannot read: {exc}")
         return
+    number = 0
     with handle:
-        number = 0
-        try:
-            for raw in handle:
+        pending = b""
+        while True:
+            try:
+                block = handle.read(_BLOCK)
+            except OSError as exc:
+                yield ImportProblem(shown, number + 1, f"cannot read: {exc}")
+                return
+            if block:
+                data = pending + block
+                cut = data.rfind(b"\n") + 1
+                pending, data = data[cut:], data[:cut]
+            else:
+                data, pending = pending, b""
+            for raw in data.splitlines():
                 number += 1
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     yield ImportProblem(shown, number, f"not UTF-8: {exc}")
                     continue
-                if text.isspace():
+                if not text or text.isspace():
                     continue
                 try:
                     value = _loads(text)
@@ -209,8 +227,8 @@ def _lines(file: Path, shown: str) -> Iterator[tuple[int | None, object] | Impor
                     yield ImportProblem(shown, number, "invalid JSON: nested too deeply to read")
                 else:
                     yield number, value
-        except OSError as exc:
-            yield ImportProblem(shown, number + 1, f"cannot read: {exc}")
+            if not block:
+                return
 
 
 def _document(file: Path, shown: str) -> Iterator[tuple[int | None, object] | ImportProblem]:

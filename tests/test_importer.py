@@ -338,11 +338,14 @@ class _TruncatingStore(InMemoryStore):
 
 
 async def test_the_import_reads_a_window_at_a_time_not_the_whole_input_first(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """FAILS against the old importer, which read (and held) every node before the first write:
     here the file loses all but its first lines once the first window is written, and only what
-    was read by then (the first window and what the file's buffer held) is imported."""
+    was read by then (the first window and the block the reader held) is imported."""
+    from rxmesh import _import_read
+
+    monkeypatch.setattr(_import_read, "_BLOCK", 4096)  # 1 MiB in use: a smaller file would do
     file = tmp_path / "nodes.jsonl"
     lines = [json.dumps({"path": f"n{i:05d}", "content": {"i": i}}) + "\n" for i in range(5000)]
     file.write_text("".join(lines))
@@ -352,7 +355,7 @@ async def test_the_import_reads_a_window_at_a_time_not_the_whole_input_first(
     mesh.dispose()
     assert 10 <= report.created < 1000  # the rest was never read
     assert report.items == report.created + len(report.refused)
-    assert len(report.refused) <= 1  # the line the cut went through, read half from the buffer
+    assert len(report.refused) <= 1  # the line the cut went through, read half from the block
     assert store.windows == report.created // 10 + (report.created % 10 > 0)
 
 
@@ -488,4 +491,25 @@ def test_an_entry_with_a_bad_node_type_is_refused_as_read_and_leaves_its_path_fr
     assert [(problem.line, problem.reason.split(":")[0]) for problem in problems] == [
         (1, "node_type"),
         (2, "node_type"),
+    ]
+
+
+def test_json_lines_may_end_with_lf_crlf_or_a_lone_cr_and_keep_their_numbers(
+    tmp_path: Path,
+) -> None:
+    """Line numbers count every line ending a text editor shows (LF, CRLF, a lone CR); a JSON
+    string may hold U+2028, which ends no line."""
+    text = (
+        '{"path": "a", "content": 1}\r\n'
+        '{"path": "b", "content": 2}\r'
+        "\r\n"
+        '{"path": "c", "content": "x\u2028y"}\n'
+        "not json\n"
+    )
+    (tmp_path / "n.jsonl").write_bytes(text.encode())
+    items, problems, _ = read_directory(tmp_path, partition="p")
+    assert [(item.line, item.node.path) for item in items] == [(1, "p/a"), (2, "p/b"), (4, "p/c")]
+    assert [item.node.content for item in items][2] == "x\u2028y"
+    assert [(problem.line, problem.reason.split(":")[0]) for problem in problems] == [
+        (5, "invalid JSON")
     ]
