@@ -60,8 +60,8 @@ Any other path is judged by :func:`~rxmesh.model.validate_path` itself, which na
 _NODE_TYPE = re.compile(NODE_TYPE_PATTERN)
 _JSON_SPACE = " \t\n\r"
 _raw_decode = json.JSONDecoder().raw_decode
-_BLOCK = 1 << 20
-"""Bytes of a JSON-lines file read at once."""
+_BLOCK = 1 << 18
+"""Bytes of a JSON-lines file read at once (256 KiB)."""
 
 
 @dataclass(frozen=True, slots=True)

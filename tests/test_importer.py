@@ -345,7 +345,7 @@ async def test_the_import_reads_a_window_at_a_time_not_the_whole_input_first(
     was read by then (the first window and the block the reader held) is imported."""
     from rxmesh import _import_read
 
-    monkeypatch.setattr(_import_read, "_BLOCK", 4096)  # 1 MiB in use: a smaller file would do
+    monkeypatch.setattr(_import_read, "_BLOCK", 4096)  # 256 KiB in use: a smaller file will do
     file = tmp_path / "nodes.jsonl"
     lines = [json.dumps({"path": f"n{i:05d}", "content": {"i": i}}) + "\n" for i in range(5000)]
     file.write_text("".join(lines))
