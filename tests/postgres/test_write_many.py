@@ -248,7 +248,7 @@ async def test_a_connection_cut_inside_a_window_s_copy_leaves_the_earlier_window
         options = {"command_timeout": 5.0, "connect_timeout": 2.0}
         async with started(proxy.dsn(pg_dsn), prefix, **options) as store:
             await _windows(store, [_node("w/warm")], 10)  # the partition's table exists
-            proxy.reset_after_client_sends(b"w/n01500")  # a row of the second window
+            proxy.reset_after_client_sends(b"w/n015")  # 100 rows of the second window: one whole
             seen: list[WindowCommitted] = []
             with pytest.raises((StoreError, pgexc.PostgresError)) as caught:
                 await first_value(
