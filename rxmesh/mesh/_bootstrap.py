@@ -8,6 +8,9 @@ Three rules, each load-bearing (docs/answers.md):
 2. A partition seen NEW authorises nothing but its own claim: a verb that needs an existing node
    there is answered "no node" from that snapshot, whatever another request creates later.
 3. The claim is re-read, never assumed: another user may have opened the partition in between.
+
+Complete facts are kept between operations while the change feed watches them
+(:class:`~rxmesh.mesh._facts_cache.FactsCache`): a create in a known partition reads nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from loguru import logger
 from rxmesh.exceptions import NodeAccessDeniedError, NodeValidationError, StoreConflictError
 from rxmesh.mesh._access import PartitionFacts, grant_path, owner_path
 from rxmesh.mesh._core import MeshCore, now
+from rxmesh.mesh._facts_cache import FactsCache
 from rxmesh.model import SYSTEM_USER, AccessContext, MeshNode
 
 __all__ = ["Partitions"]
@@ -25,8 +29,13 @@ __all__ = ["Partitions"]
 class Partitions:
     """The bootstrap of one mesh's partitions (see the module docstring for its rules)."""
 
-    def __init__(self, core: MeshCore) -> None:
+    def __init__(self, core: MeshCore, cache: FactsCache) -> None:
         self._core = core
+        self._cache = cache
+
+    def cached(self, partition: str, user: str) -> PartitionFacts | None:
+        """The facts kept for ``user`` in ``partition`` (see the cache's rules), or ``None``."""
+        return self._cache.get(partition, user)
 
     async def facts(
         self, partition: str, user: str, *also: str
@@ -35,8 +44,10 @@ class Partitions:
         ONE store call (one snapshot); every read fault propagates. Returns the facts and every
         node found."""
         root, grant, owner = partition, grant_path(partition, user), owner_path(partition)
+        epoch = self._cache.epoch(partition)
         found: dict[str, MeshNode] = await self._core.ask("read_many", [*also, root, grant, owner])
         facts = PartitionFacts(partition, found.get(root), found.get(grant), found.get(owner))
+        self._cache.put(facts, user, epoch)
         return facts, found
 
     async def write_system(self, node: MeshNode, heals: list[str]) -> None:
@@ -95,6 +106,8 @@ class Partitions:
 
         Raises :class:`NodeAccessDeniedError` when the policy refuses ``verb``.
         """
+        if facts is None:
+            facts = self._cache.get(partition, access.user)
         if facts is None:
             facts, _ = await self.facts(partition, access.user)
         if facts.is_new:

@@ -2,7 +2,10 @@
 
 1. Store-free checks: the requester, then the path (with the requester's reserved rights), the
    type/content presence and size.
-2. ONE read: the existence check and the partition's facts together (one round trip, one
+2. In a partition whose complete facts are kept (the change feed watches them), no read at all:
+   the policy and the content rules decide on the kept facts, and the INSERT's conflict is the
+   existence check (a refusal first reads the path, as "already exists" outranks it).
+   Otherwise ONE read: the existence check and the partition's facts together (one round trip, one
    snapshot). A row of this very request is an ambiguous commit that landed: answered created.
    Any other row: NODE_ALREADY_EXISTS, which outranks every later refusal.
 3. The content rules (no store), then the partition's bootstrap: a permission refusal outranks a
@@ -15,12 +18,18 @@ records the intent when the store was away.
 
 from __future__ import annotations
 
-from rxmesh.exceptions import NodeExistsError, NodeValidationError, StoreConflictError
+from rxmesh.exceptions import (
+    NodeAccessDeniedError,
+    NodeExistsError,
+    NodeValidationError,
+    StoreConflictError,
+)
+from rxmesh.mesh._access import PartitionFacts
 from rxmesh.mesh._answer import Attempt, AttemptFacts, TerminalArm
 from rxmesh.mesh._bootstrap import Partitions
 from rxmesh.mesh._core import MeshCore, now
 from rxmesh.mesh._pending import PendingWrites
-from rxmesh.model import MeshNode
+from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import CreateNodeRequest, CreateNodeResponse
 from rxmesh.providers._store import call
 
@@ -48,15 +57,15 @@ class Create:
         facts = AttemptFacts(operation_of(req), "creating", req.node.path, req.request_id)
         pending = self._pending
 
-        def record() -> tuple[str, dict[str, object]]:
+        async def record() -> tuple[str, dict[str, object]]:
             if req.reissued_after_unavailable:  # a re-issue is never recorded again
                 return "", {}
             access = self._core.requester_or_none(req.access, req.node)
-            outcome = pending.record(req.node, access, req.request_id, "create")
+            outcome = await pending.record(req.node, access, req.request_id, "create")
             return outcome.note, {"recorded_for_reissue": outcome.recorded}
 
-        def on_fault(exc: BaseException) -> CreateNodeResponse:
-            return self._arm.answer(
+        async def on_fault(exc: BaseException) -> CreateNodeResponse:
+            return await self._arm.answer(
                 CreateNodeResponse,
                 exc,
                 facts,
@@ -77,12 +86,13 @@ class Create:
         core, node = self._core, req.node
         access = core.requester(req.access, node)
         core.fail_fast(node, access)
+        known = self._partitions.cached(node.partition, access.user)
+        if known is not None:
+            return await self._create_known(req, access, known, facts)
         partition, found = await self._partitions.facts(node.partition, access.user, node.path)
         existing = found.get(node.path)
         if existing is not None:
-            if existing.request_id == req.request_id:
-                return existing  # an ambiguous commit that did land: this request created it
-            raise NodeExistsError(f"a node already exists at '{node.path}'", path=node.path)
+            return _exists(req, existing)
         content_error: NodeValidationError | None = None
         try:
             core.validate_content(node, access)
@@ -99,6 +109,34 @@ class Create:
         )
         if content_error is not None:
             raise content_error
+        return await self._write(req, access, facts)
+
+    async def _create_known(
+        self,
+        req: CreateNodeRequest,
+        access: AccessContext,
+        known: PartitionFacts,
+        facts: AttemptFacts,
+    ) -> MeshNode:
+        """A create in a partition whose complete facts are kept: no facts read, and the
+        INSERT's conflict is the existence check. A refusal that "already exists" would outrank
+        reads the path first, so the answer is the one a fresh read would give."""
+        node = req.node
+        try:
+            self._partitions.check_may(known, access, "create", node.path)
+            self._core.validate_content(node, access)
+        except (NodeAccessDeniedError, NodeValidationError):
+            existing: MeshNode | None = await self._core.ask("read", node.path)
+            if existing is not None:
+                return _exists(req, existing)
+            raise
+        return await self._write(req, access, facts)
+
+    async def _write(
+        self, req: CreateNodeRequest, access: AccessContext, facts: AttemptFacts
+    ) -> MeshNode:
+        """The INSERT, through the ladder; a row already there is read to tell whose it is."""
+        core, node = self._core, req.node
         stamped = node.model_copy(
             update={
                 "created_by": access.user,
@@ -120,7 +158,17 @@ class Create:
         try:
             return await core.ladder.call(write, scheduler=core.scheduler)
         except StoreConflictError as exc:
+            existing: MeshNode | None = await core.ask("read", node.path)
+            if existing is not None and existing.request_id == req.request_id:
+                return existing  # an ambiguous commit of this very request, seen by its retry
             raise NodeExistsError(
                 f"a node already exists at '{node.path}' (written by another request)",
                 path=node.path,
             ) from exc
+
+
+def _exists(req: CreateNodeRequest, existing: MeshNode) -> MeshNode:
+    """A row at the path: this request's own (an ambiguous commit that landed), else a refusal."""
+    if existing.request_id == req.request_id:
+        return existing
+    raise NodeExistsError(f"a node already exists at '{req.node.path}'", path=req.node.path)

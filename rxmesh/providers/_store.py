@@ -34,7 +34,7 @@ from rxmesh.model import (
     WindowCommitted,
 )
 
-__all__ = ["DEFAULT_WRITE_WINDOW", "Store", "call"]
+__all__ = ["DEFAULT_WRITE_WINDOW", "Store", "call", "feed_is_whole"]
 
 
 _TWINS = {
@@ -135,6 +135,23 @@ async def call(store: Store, operation: str, *args: Any) -> Any:
     if twin is not None:
         return await twin(*args)
     return await first_value(getattr(store, operation)(*args))
+
+
+def feed_is_whole(store: object) -> bool:
+    """Whether ``store``'s change feed reports every committed change right now.
+
+    A store says so with a ``feed_is_whole`` property (the embedded store: always; the fault
+    injector: while its feed is neither held nor dropped, and its inner store's is whole) or
+    with ``feed_statistics().state`` (the PostgreSQL store: while it is listening). A store that
+    says neither is not trusted: whatever depends on the feed alone must read instead.
+    """
+    whole = getattr(store, "feed_is_whole", None)
+    if isinstance(whole, bool):
+        return whole
+    statistics = getattr(store, "feed_statistics", None)
+    if callable(statistics):
+        return str(statistics().state) == "listening"
+    return False
 
 
 def _twin(store: object, operation: str) -> Any:

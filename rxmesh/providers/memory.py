@@ -176,6 +176,11 @@ class InMemoryStore:
     # -- hot streams --------------------------------------------------------------------------
 
     @property
+    def feed_is_whole(self) -> bool:
+        """Always: every committed change is published on ``changes`` as it commits."""
+        return True
+
+    @property
     def changes(self) -> Observable[NodeChange]:
         """Hot stream of committed changes (one :class:`NodeChange` per row changed)."""
         return _hot(self._changes)

@@ -35,7 +35,7 @@ from rxmesh.model import (
     StoreEvidence,
     WindowCommitted,
 )
-from rxmesh.providers._store import DEFAULT_WRITE_WINDOW, Store, call
+from rxmesh.providers._store import DEFAULT_WRITE_WINDOW, Store, call, feed_is_whole
 from rxmesh.testing._fault_errors import (
     ExcFactory,
     connect_timeout_error,
@@ -414,6 +414,11 @@ class FaultInjectingStore:
         )
 
     # -- feeds --------------------------------------------------------------------------------
+
+    @property
+    def feed_is_whole(self) -> bool:
+        """While the feed is neither held nor dropped here, and the inner store's is whole."""
+        return self._gate.mode == "open" and feed_is_whole(self.inner)
 
     @property
     def changes(self) -> Observable[NodeChange]:
