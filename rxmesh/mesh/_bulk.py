@@ -26,7 +26,11 @@ from loguru import logger
 from reactivex import Observable
 
 from rxmesh.exceptions import InvalidPathError, NodeValidationError
-from rxmesh.faults import describe_may_have_partially_landed, is_store_unreachable
+from rxmesh.faults import (
+    describe_may_have_partially_landed,
+    is_store_unreachable,
+    is_write_outcome_unknown,
+)
 from rxmesh.mesh._answer import Attempt, AttemptFacts, TerminalArm
 from rxmesh.mesh._arms import annotate, unreachable_note
 from rxmesh.mesh._bootstrap import Partitions
@@ -113,8 +117,8 @@ class Bulk:
             except Exception as exc:  # noqa: BLE001 - classified and answered, never dropped
                 return await self._fault(req, state, exc)
 
-        def on_fault(exc: BaseException) -> CreateNodesResponse:
-            return self._answer(req, state, exc)
+        async def on_fault(exc: BaseException) -> CreateNodesResponse:
+            return await self._answer(req, state, exc)
 
         return run, on_fault, lambda: self._arm.backstop(CreateNodesResponse, state)
 
@@ -208,13 +212,18 @@ class Bulk:
                         probe_error,
                     )
                     found = {}
+                # A row of this request's id is this attempt's landing only if its failed write
+                # may have run; after a write that never left (refused, not sent), it was written
+                # by another attempt of the same request (a concurrent re-issue): answered as
+                # created, never as this attempt's partial landing.
+                mine = state.landed if is_write_outcome_unknown(exc) else state.earlier
                 for path in unsettled:
                     row = found.get(path)
                     if row is not None and row.request_id == req.request_id:
-                        state.landed[path] = row
-        return self._answer(req, state, exc)
+                        mine[path] = row
+        return await self._answer(req, state, exc)
 
-    def _answer(
+    async def _answer(
         self, req: CreateNodesRequest, state: _BulkState, exc: BaseException
     ) -> CreateNodesResponse:
         landed = tuple(n for n in req.nodes if n.path in state.landed)
@@ -227,14 +236,16 @@ class Bulk:
             ),
         }
 
-        def record() -> tuple[str, dict[str, Any]]:
+        async def record() -> tuple[str, dict[str, Any]]:
             if req.reissued_after_unavailable or not fields["not_created"]:
                 return "", {}
-            recorded, not_recorded, note = self._pending.record_bulk(req, fields["not_created"])
+            recorded, not_recorded, note = await self._pending.record_bulk(
+                req, fields["not_created"]
+            )
             return note, {"recorded_for_reissue": recorded, "not_recorded": not_recorded}
 
         if not landed:
-            return self._arm.answer(
+            return await self._arm.answer(
                 CreateNodesResponse,
                 exc,
                 state,
@@ -244,7 +255,7 @@ class Bulk:
             )
         # A partial landing is reported as such, whatever the fault: UNKNOWN, with what landed.
         unreachable = is_store_unreachable(exc)
-        note, recorded = record() if unreachable else ("", {})
+        note, recorded = await record() if unreachable else ("", {})
         not_created = len(fields["not_created"])
         logger.bind(
             event="partial_landing",
