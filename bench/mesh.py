@@ -198,9 +198,7 @@ async def unavailable(answers: int, repeat: int) -> dict[str, Any]:
 
         async def work(i: int, round_: int = round_) -> None:
             node = MeshNode(path=f"u/r{round_}n{i:06d}", node_type="B", content={"i": i})
-            answer = await first_value(
-                mesh.create_node(CreateNodeRequest(node=node, access=ALICE))
-            )
+            answer = await first_value(mesh.create_node(CreateNodeRequest(node=node, access=ALICE)))
             reasons.add(str(answer.rejection_reason))
 
         rates.append(await _rate(work, answers, 64))
@@ -276,7 +274,7 @@ async def read_ladder(dsn: str, reads: int, repeat: int) -> dict[str, Any]:
         await store.close()
         conn = await asyncpg.connect(dsn)
         try:
-            schema = quote_identifier(store.schema_of('r'))
+            schema = quote_identifier(store.schema_of("r"))
             await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         finally:
             await conn.close()

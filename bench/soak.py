@@ -243,8 +243,7 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
             unavailable = sum(
                 1
                 for r in requests
-                if r.answer is not None
-                and r.answer.rejection_reason is RejectionReason.UNAVAILABLE
+                if r.answer is not None and r.answer.rejection_reason is RejectionReason.UNAVAILABLE
             )
             while time.monotonic() < deadline:
                 if not ledger.pending() and not ledger.in_flight() and len(outcomes) >= unavailable:
@@ -254,6 +253,7 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
             statistics = ledger.statistics()
             watching.dispose()
             mesh.dispose()
+            ledger.close()  # commits every settled removal: a settled journal is empty
             close_error: str | None = None
             try:
                 await store.close()
@@ -262,9 +262,17 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
         rows = await _rows(cluster.dsn)
         journal_left = sorted(p.name for p in journal.iterdir()) if journal.exists() else []
     return _report(
-        config, requests, outcomes, rows, chaos, journal_left, statistics,
+        config,
+        requests,
+        outcomes,
+        rows,
+        chaos,
+        journal_left,
+        statistics,
         recovered_at - back if recovered_at is not None else None,
-        writes_done - started, evidence.success, close_error,
+        writes_done - started,
+        evidence.success,
+        close_error,
     )
 
 
@@ -375,10 +383,24 @@ def _report(
 def table(report: dict[str, Any]) -> str:
     """The report's figures as a two-column table."""
     keys = [
-        "writes_attempted", "answered_created", "answered_unavailable", "answered_judged",
-        "reissued", "landed", "already_present", "dropped", "duplicates", "lost",
-        "request_id_mismatches", "dropped_but_present", "unaccounted", "journal_files_left",
-        "recover_seconds", "write_phase_seconds", "store_close_error", "chaos",
+        "writes_attempted",
+        "answered_created",
+        "answered_unavailable",
+        "answered_judged",
+        "reissued",
+        "landed",
+        "already_present",
+        "dropped",
+        "duplicates",
+        "lost",
+        "request_id_mismatches",
+        "dropped_but_present",
+        "unaccounted",
+        "journal_files_left",
+        "recover_seconds",
+        "write_phase_seconds",
+        "store_close_error",
+        "chaos",
     ]
     width = max(len(k) for k in keys)
     return "\n".join(f"{k.ljust(width)}  {report[k]}" for k in keys)

@@ -99,12 +99,35 @@ def from_async(factory: Callable[[], Awaitable[T]]) -> Observable[T]:
     return Observable(subscribe)
 
 
+class _OneShot(Observable[T]):
+    """An observable of exactly one item whose work an ``await`` can also run directly.
+
+    Subscribing runs the work on a task of its own (the observable edge); :func:`first_value`
+    awaits ``direct()`` in the caller's task instead: the same attempt, without the observable
+    machinery (the mesh's node operations are built so).
+    """
+
+    def __init__(
+        self,
+        subscribe: Callable[[abc.ObserverBase[T], abc.SchedulerBase | None], abc.DisposableBase],
+        direct: Callable[[], Awaitable[T]],
+    ) -> None:
+        super().__init__(subscribe)
+        self.direct = direct
+
+
 async def first_value(source: Observable[T], *, timeout: float | None = None) -> T:
     """Await the first item of ``source`` (then dispose it).
 
     Raises the source's error unchanged, ``LookupError`` if it completes empty, and
-    ``TimeoutError`` if ``timeout`` seconds pass first.
+    ``TimeoutError`` if ``timeout`` seconds pass first. A node operation's answer is awaited
+    directly, in this task (the same attempt a subscription runs, with no observable between).
     """
+    if isinstance(source, _OneShot):
+        if timeout is None:
+            return cast(T, await source.direct())
+        async with asyncio.timeout(timeout):
+            return cast(T, await source.direct())
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
 

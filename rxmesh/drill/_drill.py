@@ -27,7 +27,7 @@ from rxmesh.health import (
     LiveRecordCensusCheck,
     LiveRecordReading,
 )
-from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
+from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome, read_journal
 from rxmesh.mesh import Mesh
 from rxmesh.model import NODE_TYPE_NODE_TYPE, AccessContext, MeshNode, NodeQuery, QueryFrame
 from rxmesh.nodetypes import NodeTypeRegistry
@@ -111,9 +111,10 @@ async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], timeout: f
         await asyncio.sleep(0.02)
 
 
-def journal_files(directory: Path) -> list[Path]:
-    """The intent files in a pending-write journal directory."""
-    return sorted(p for p in directory.glob("*.json") if not p.name.startswith("."))
+def journal_files(directory: Path) -> list[str]:
+    """The paths of the intents a pending-write journal directory holds durably, in either of
+    its formats (read without changing it: :func:`rxmesh.ledger.read_journal`)."""
+    return [intent.path for intent in read_journal(directory)]
 
 
 @dataclass

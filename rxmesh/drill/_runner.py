@@ -108,6 +108,7 @@ async def run_drill(
         async with AsyncExitStack() as stack:
             backend = await stack.enter_async_context(_backend(dsn, listen_dsn))
             ledger = PendingWriteLedger(directory)
+            stack.callback(ledger.close)  # after the mesh is disposed: commits what settled
             drill = Drill(
                 backend,
                 ledger,
@@ -223,7 +224,7 @@ async def _phases(
         finally:
             mesh.record_pending_writes = True
     files = journal_files(directory)
-    tl.event("journal", f"{len(files)} intent file(s) in {directory}", files=len(files))
+    tl.event("journal", f"{len(files)} intent(s) journaled in {directory}", files=len(files))
     await wait(
         "the census to be interrupted",
         lambda: drill.census_reopens > 0 or drill.census_ended,

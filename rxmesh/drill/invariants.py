@@ -80,7 +80,7 @@ class DrillAccounting:
         pending_after_hold: intents pending after the store stayed away a while longer.
         pending_at_end: intents still pending at the end.
         in_flight_at_end: intents still being re-issued at the end.
-        journal_files_at_end: intent files left in the journal directory.
+        journal_files_at_end: intents left in the journal directory (in either format).
         node_types: NodeType records the census should watch at the end.
         census_records: NodeType records the census watched at the end (``None``: no reading).
         census_reopens: how often the census re-opened its watch.

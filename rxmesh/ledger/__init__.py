@@ -12,6 +12,7 @@ one :class:`~rxmesh.operations.Verdict`, published as a :class:`PendingWriteOutc
 
 from __future__ import annotations
 
+from rxmesh.ledger._inspect import read_journal
 from rxmesh.ledger._journal import JournalError
 from rxmesh.ledger._ledger import (
     JOURNAL_DIR_ENV,
@@ -42,4 +43,5 @@ __all__ = [
     "RecordResult",
     "ReissuingMesh",
     "outcome_of",
+    "read_journal",
 ]

@@ -23,7 +23,7 @@ from rxmesh.exceptions import JournalError, PendingWriteHeldError
 from rxmesh.ledger._journal import Journal
 from rxmesh.ledger._log import Log, encode_del, encode_put
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
-from rxmesh.ledger._publish import log_bulk, log_recorded, publish, superseded
+from rxmesh.ledger._publish import count_recorded, log_bulk, log_recorded, publish, superseded
 from rxmesh.ledger._writer import Op, Ticket, Writer
 from rxmesh.operations import Verdict
 
@@ -350,7 +350,7 @@ class LedgerCore:
         if previous == intent:
             return False  # a concurrent record of the very same intent got there first
         self._pending[intent.path] = intent
-        self._counts["recorded"] += 1
+        count_recorded(self._counts, intent)
         if reservation.prior is not None:
             self._counts["replaced"] += 1
         if previous is not None and previous.request_id != intent.request_id:

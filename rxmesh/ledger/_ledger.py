@@ -15,7 +15,7 @@ from rxmesh.ledger._core import _NOTHING, Format, LedgerCore, RecordResult, _Rec
 from rxmesh.ledger._journal import Journal
 from rxmesh.ledger._log import Log
 from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
-from rxmesh.ledger._publish import log_recorded
+from rxmesh.ledger._publish import count_recorded, log_recorded
 from rxmesh.ledger._writer import Writer
 from rxmesh.operations import Verdict
 
@@ -200,7 +200,7 @@ class PendingWriteLedger(LedgerCore):
                 previous = self._pending.get(intent.path)
                 self._pending[intent.path] = intent
                 self._newest[intent.path] = intent
-                self._counts["recorded"] += 1
+                count_recorded(self._counts, intent)
                 if holder is not None:
                     self._counts["replaced"] += 1
                 if previous is not None and previous.request_id != intent.request_id:

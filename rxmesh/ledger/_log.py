@@ -308,10 +308,22 @@ class Log:
                 self._bound.opt(exception=exc).error("could not compact the log: {}", exc)
 
     def close(self) -> None:
-        """Close the current segment's descriptor (the files stay); idempotent."""
+        """Close the current segment's descriptor; idempotent. A log that holds no live intent
+        any more leaves no segment behind (every one of them deleted, the directory synced), so
+        a settled journal is an empty directory, as in format 1; otherwise the files stay."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._live or self._broken or self._journal.closed:
+            return
+        if self._name is not None:
+            self._old.append(self._name)
+            self._name = None
+        if self._old:
+            try:
+                self._delete_old(self._journal.dir_fd())
+            except OSError as exc:  # the segments replay to no intent: harmless, logged
+                self._bound.opt(exception=exc).error("could not remove the empty log: {}", exc)
 
 
 def _write_all(fd: int, data: bytes, offset: int) -> None:

@@ -5,10 +5,25 @@ from __future__ import annotations
 from loguru import logger
 from reactivex.subject import Subject
 
+from rxmesh.instrumentation import _events
+from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
 from rxmesh.operations import Verdict
 
-__all__ = ["log_bulk", "log_recorded", "publish", "superseded"]
+__all__ = ["count_recorded", "log_bulk", "log_recorded", "publish", "reissued", "superseded"]
+
+
+def count_recorded(counts: dict[str, int], intent: PendingWrite) -> None:
+    """Count ``intent`` recorded, and tell the instruments (nothing is built while none is)."""
+    counts["recorded"] += 1
+    if _instrumentation.enabled:
+        _instrumentation.emit(_events.IntentRecorded(request_id=intent.request_id))
+
+
+def reissued(intent: PendingWrite) -> None:
+    """Tell the instruments the recovery re-issues ``intent`` (once, on evidence)."""
+    if _instrumentation.enabled:
+        _instrumentation.emit(_events.IntentReissued(request_id=intent.request_id))
 
 
 def log_recorded(intent: PendingWrite, replaced: bool, journal_dir: str | None) -> None:
@@ -55,6 +70,12 @@ def superseded(
 def publish(subject: Subject[PendingWriteOutcome], outcome: PendingWriteOutcome) -> None:
     """Log ``outcome`` (INFO; WARNING for a refused re-issue) and publish it on ``subject``."""
     intent = outcome.intent
+    if _instrumentation.enabled:
+        reason = None if outcome.reason is None else outcome.reason.value
+        settled = _events.IntentSettled(
+            request_id=intent.request_id, verdict=outcome.verdict.value, reason=reason
+        )
+        _instrumentation.emit(settled)
     bound = logger.bind(
         path=intent.path,
         requester=intent.requester,

@@ -15,6 +15,7 @@ from rxmesh.exceptions import MeshDisposedError
 from rxmesh.ledger._journal import JournalError
 from rxmesh.ledger._ledger import PendingWriteLedger
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
+from rxmesh.ledger._publish import reissued
 from rxmesh.model import MeshNode, StoreEvidence
 from rxmesh.operations import CreateNodeRequest, CreateNodeResponse, RejectionReason, Verdict
 
@@ -277,6 +278,7 @@ class PendingWriteRecovery:
 
     def _start(self, reissue: _Reissue) -> None:
         intent = reissue.intent
+        reissued(intent)
         request = CreateNodeRequest(
             node=intent.node,
             access=intent.access,

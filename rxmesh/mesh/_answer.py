@@ -25,8 +25,9 @@ from typing import Any, TypeVar
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
-from rxmesh.aio import from_async
+from rxmesh.aio import _OneShot
 from rxmesh.faults import describe_may_have_partially_landed, is_write_outcome_unknown
+from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.mesh._arms import Judgement, judge
 from rxmesh.mesh._core import MeshCore
 from rxmesh.operations import NodeResponse, RejectionReason
@@ -35,10 +36,12 @@ __all__ = ["Attempt", "AttemptFacts", "TerminalArm", "answer_now", "answer_once"
 
 R = TypeVar("R", bound=NodeResponse)
 
-Attempt = tuple[Callable[[], Awaitable[R]], Callable[[BaseException], R], Callable[[], R]]
+Attempt = tuple[
+    Callable[[], Awaitable[R]], Callable[[BaseException], Awaitable[R]], Callable[[], R]
+]
 """One subscription's work: ``(run, on_fault, backstop)``, built fresh per subscription."""
 
-Recording = Callable[[], tuple[str, dict[str, Any]]]
+Recording = Callable[[], Awaitable[tuple[str, dict[str, Any]]]]
 """Records an unreachable attempt's intent(s); returns the answer's note and response fields."""
 
 
@@ -82,7 +85,7 @@ class TerminalArm:
             written=facts.heals,
         )
 
-    def answer(
+    async def answer(
         self,
         kind: type[R],
         exc: BaseException,
@@ -107,10 +110,12 @@ class TerminalArm:
             if "outcome_unknown" in kind.model_fields:
                 fields["outcome_unknown"] = True
         if verdict.unreachable and record is not None:
-            note, recorded = record()
+            note, recorded = await record()  # durable before the answer leaves
             error += note
             fields.update(recorded)
         response = kind.fail(facts.request_id, verdict.reason, error, **fields)
+        if _instrumentation.enabled:  # the arm alone knows the stall adjacency
+            _instrumentation.current().answered(verdict.reason.value, stall=verdict.diagnosis)
         if verdict.judged and settle is not None:
             settle(response)
         return response
@@ -124,57 +129,92 @@ class TerminalArm:
         )
 
 
-def answer_once(attempt: Callable[[], Attempt[R]]) -> Observable[R]:
-    """Per subscription, build a fresh attempt (its own state) and run it; answer exactly one
-    item, classified on any fault; disposing cancels the run."""
+def _outcome(response: NodeResponse) -> str | None:
+    reason = getattr(response, "rejection_reason", None)
+    return None if response.success or reason is None else str(reason)
+
+
+def answer_once(
+    attempt: Callable[[], Attempt[R]], verb: str, request_id: str, *, reissue: bool = False
+) -> Observable[R]:
+    """Per subscription, build a fresh attempt (its own state) and run it as one task on the
+    running loop; answer exactly one item, classified on any fault; disposing cancels the run
+    (and nothing is answered after it). ``verb`` and ``request_id`` name the operation for the
+    instruments (:mod:`rxmesh.instrumentation`; nothing is built while none is installed)."""
 
     def subscribe(
         observer: abc.ObserverBase[R], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
         run, on_fault, backstop = attempt()
-        answered = False
+        disposed = False
 
         def answer(response: R) -> None:
-            nonlocal answered
-            if answered:
-                return
-            answered = True
-            observer.on_next(response)
-            observer.on_completed()
+            if not disposed:
+                observer.on_next(response)
+                observer.on_completed()
 
-        def on_error(exc: Exception) -> None:
-            answer(on_fault(exc))
+        async def drive() -> None:
+            with _instrumentation.operation(verb, request_id=request_id, reissue=reissue) as op:
+                try:
+                    response = await run()
+                except asyncio.CancelledError as cancelled:
+                    if not disposed:  # a cancellation from inside the work is answered
+                        response = await on_fault(cancelled)
+                        op.answered(_outcome(response))
+                        answer(response)
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise
+                    return
+                except Exception as exc:  # noqa: BLE001 - classified and answered, never dropped
+                    response = await on_fault(exc)
+                else:
+                    if response is None:
+                        response = backstop()
+                op.answered(_outcome(response))
+                answer(response)
 
-        def on_completed() -> None:
-            if not answered:
-                answer(backstop())
+        task = asyncio.get_event_loop().create_task(drive())
 
-        subscription = from_async(run).subscribe(answer, on_error, on_completed)
-        return Disposable(subscription.dispose)
+        def dispose() -> None:
+            nonlocal disposed
+            disposed = True
+            if not task.done():
+                task.cancel()
 
-    return Observable(subscribe)
+        return Disposable(dispose)
+
+    return _OneShot(subscribe, lambda: answer_now(attempt, verb, request_id, reissue=reissue))
 
 
-async def answer_now(attempt: Callable[[], Attempt[R]]) -> R:
+async def answer_now(
+    attempt: Callable[[], Attempt[R]], verb: str, request_id: str, *, reissue: bool = False
+) -> R:
     """:func:`answer_once` for an in-process caller: the attempt awaited directly, with the same
     classification (a cancellation from inside is answered; the caller's own cancellation
     propagates: nobody is left to answer)."""
     run, on_fault, _ = attempt()
-    try:
-        return await run()
-    except asyncio.CancelledError as cancelled:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise
-        return on_fault(cancelled)
-    except Exception as exc:  # noqa: BLE001 - classified and answered, never dropped
-        return on_fault(exc)
+    with _instrumentation.operation(verb, request_id=request_id, reissue=reissue) as op:
+        try:
+            response = await run()
+        except asyncio.CancelledError as cancelled:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            response = await on_fault(cancelled)
+        except Exception as exc:  # noqa: BLE001 - classified and answered, never dropped
+            response = await on_fault(exc)
+        op.answered(_outcome(response))
+        return response
 
 
-def immediate(response: R) -> Observable[R]:
+def immediate(response: R, verb: str) -> Observable[R]:
     """An answer known before any store call (a refused request), with the same protocol."""
 
     async def run() -> R:
         return response
 
-    return answer_once(lambda: (run, lambda exc: response, lambda: response))
+    async def fault(exc: BaseException) -> R:
+        return response
+
+    return answer_once(lambda: (run, fault, lambda: response), verb, response.request_id)

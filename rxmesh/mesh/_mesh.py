@@ -26,6 +26,7 @@ from rxmesh.mesh._bootstrap import Partitions
 from rxmesh.mesh._bulk import Bulk
 from rxmesh.mesh._core import MeshCore, NodeTypeValidator, Validator
 from rxmesh.mesh._create import Create
+from rxmesh.mesh._facts_cache import FactsCache
 from rxmesh.mesh._pending import PendingWrites
 from rxmesh.mesh._requests import parse, parse_failure, request_id_of
 from rxmesh.mesh._verbs import Verbs
@@ -67,6 +68,9 @@ class Mesh:
             on this mesh (on by default): it re-issues recorded intents, once, when the store
             shows it answers again (a declared change-feed gap or an announced commit).
         initial_budget: the Initial gate of live queries, in seconds (default 15).
+        cache_partition_facts: keep a partition's complete facts (root, grant, ownership)
+            between operations while the store's change feed watches them (on by default;
+            docs/answers.md says when a kept fact is dropped).
 
     Example:
         >>> from rxmesh import Mesh, MeshNode
@@ -87,6 +91,7 @@ class Mesh:
         record_pending_writes: bool = True,
         recover_pending_writes: bool = True,
         initial_budget: float = DEFAULT_INITIAL_BUDGET,
+        cache_partition_facts: bool = True,
     ) -> None:
         if store is None:
             from rxmesh.providers.memory import InMemoryStore
@@ -106,7 +111,9 @@ class Mesh:
             retry_delays=retry_delays,
         )
         self._owns_ledger = ledger is None
-        partitions, pending, arm = Partitions(core), PendingWrites(core), TerminalArm(core)
+        self._facts = FactsCache(store, enabled=cache_partition_facts)
+        partitions = Partitions(core, self._facts)
+        pending, arm = PendingWrites(core), TerminalArm(core)
         self._create = Create(core, partitions, pending, arm)
         self._bulk = Bulk(core, partitions, pending, arm)
         self._verbs = Verbs(core, partitions, arm)
@@ -163,9 +170,13 @@ class Mesh:
     def dispose(self) -> None:
         """Stop answering: later operations error with :class:`MeshDisposedError`.
 
-        A ledger the mesh made itself (none was passed) is closed too; its journal stays.
+        Its cached live queries are released (their subscribers complete) and its kept
+        partition facts forgotten. A ledger the mesh made itself (none was passed) is closed
+        too; its journal stays.
         """
         self._disposed = True
+        self._facts.close()
+        self.queries.dispose()  # its cached chains and their upstreams
         if self.recovery is not None:
             self.recovery.dispose()
         if self._owns_ledger:  # a ledger the caller passed in is the caller's to close
@@ -220,8 +231,13 @@ class Mesh:
         try:
             req = parse(CreateNodeRequest, request)
         except (ValidationError, ValueError) as exc:
-            return immediate(self._refused(CreateNodeResponse, request, exc))
-        return answer_once(lambda: self._create.attempt(req))
+            return immediate(self._refused(CreateNodeResponse, request, exc), "create")
+        return answer_once(
+            lambda: self._create.attempt(req),
+            "create",
+            req.request_id,
+            reissue=req.reissued_after_unavailable,
+        )
 
     async def create(self, node: MeshNode, *, access: AccessContext | None = None) -> MeshNode:
         """Create ``node`` and return it as stored, or raise one exception type per reason.
@@ -242,7 +258,12 @@ class Mesh:
             reason, text = parse_failure(exc)
             raise error_for(reason, text, node.path) from exc
         # The same attempt create_node runs, awaited directly (no observable in between).
-        response = await answer_now(lambda: self._create.attempt(req))
+        response = await answer_now(
+            lambda: self._create.attempt(req),
+            "create",
+            req.request_id,
+            reissue=req.reissued_after_unavailable,
+        )
         if response.success and response.node is not None:
             return response.node
         raise error_for(response.rejection_reason, response.error, node.path)
@@ -260,14 +281,20 @@ class Mesh:
         try:
             req = parse(CreateNodesRequest, request)
         except (ValidationError, ValueError) as exc:
-            return immediate(self._refused(CreateNodesResponse, request, exc))
+            return immediate(self._refused(CreateNodesResponse, request, exc), "create_nodes")
         refusal = self._bulk.refusal(req)
         if refusal is not None:
-            return immediate(refusal)
-        return answer_once(lambda: self._bulk.attempt(req))
+            return immediate(refusal, "create_nodes")
+        return answer_once(
+            lambda: self._bulk.attempt(req),
+            "create_nodes",
+            req.request_id,
+            reissue=req.reissued_after_unavailable,
+        )
 
     def _verb(
         self,
+        verb: str,
         model: type[UpdateNodeRequest] | type[DeleteNodeRequest] | type[MoveNodeRequest],
         request: object,
         attempt: Callable[[Any], Callable[[], Attempt[NodeOperationResponse]]],
@@ -276,26 +303,26 @@ class Mesh:
         try:
             req = parse(model, request)
         except (ValidationError, ValueError) as exc:
-            return immediate(self._refused(NodeOperationResponse, request, exc))
-        return answer_once(attempt(req))
+            return immediate(self._refused(NodeOperationResponse, request, exc), verb)
+        return answer_once(attempt(req), verb, req.request_id)
 
     def update_node(
         self, request: UpdateNodeRequest | Mapping[str, Any] | str | bytes
     ) -> Observable[NodeOperationResponse]:
         """Replace the type/content of an existing node; answers one response."""
-        return self._verb(UpdateNodeRequest, request, self._verbs.update)
+        return self._verb("update", UpdateNodeRequest, request, self._verbs.update)
 
     def delete_node(
         self, request: DeleteNodeRequest | Mapping[str, Any] | str | bytes
     ) -> Observable[NodeOperationResponse]:
         """Delete a node (not its children); answers one response."""
-        return self._verb(DeleteNodeRequest, request, self._verbs.delete)
+        return self._verb("delete", DeleteNodeRequest, request, self._verbs.delete)
 
     def move_node(
         self, request: MoveNodeRequest | Mapping[str, Any] | str | bytes
     ) -> Observable[NodeOperationResponse]:
         """Move a node to a free path; answers one response."""
-        return self._verb(MoveNodeRequest, request, self._verbs.move)
+        return self._verb("move", MoveNodeRequest, request, self._verbs.move)
 
     async def _in_process(
         self, source: Observable[NodeOperationResponse], path: str

@@ -15,7 +15,13 @@ from typing import Literal
 
 from loguru import logger
 
-from rxmesh.ledger import JournalError, PendingWrite, PendingWriteHeldError, outcome_of
+from rxmesh.ledger import (
+    JournalError,
+    PendingWrite,
+    PendingWriteHeldError,
+    RecordResult,
+    outcome_of,
+)
 from rxmesh.mesh._core import MeshCore
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import (
@@ -38,42 +44,36 @@ class Recorded:
     why_not: str = ""
 
 
+_OFF = Recorded(
+    False,
+    " It will not be re-issued by rxmesh: this mesh does not record pending writes.",
+    "this mesh does not record pending writes",
+)
+
+
 class PendingWrites:
     """One mesh's recording and settling of pending writes, over its ledger."""
 
     def __init__(self, core: MeshCore) -> None:
         self._core = core
 
-    def record(
+    def _intent(
         self,
         node: MeshNode,
         access: AccessContext | None,
         request_id: str,
         origin: Literal["create", "create_nodes"],
-        *,
-        log: bool = True,
-    ) -> Recorded:
-        """Record an UNAVAILABLE create for one re-issue.
-
-        The recording step can never prevent the answer: whatever it raises (a journal that
-        cannot be written, a value the journal cannot encode, a defect) is logged at ERROR and
-        the answer says the write will not be re-issued. Another requester's outstanding intent
-        for the same path is never displaced; this one is then not recorded, and says so.
-        ``log=False``: the caller reports failures itself (a bulk summarises them).
-        """
-        if not self._core.record_pending_writes:
-            return Recorded(
-                False,
-                " It will not be re-issued by rxmesh: this mesh does not record pending writes.",
-                "this mesh does not record pending writes",
-            )
+    ) -> PendingWrite:
         requester = access.user if access is not None else (node.created_by or "unknown")
-        try:
-            intent = PendingWrite(
-                node=node, requester=requester, access=access, request_id=request_id, origin=origin
-            )
-            self._core.ledger.record(intent)
-        except PendingWriteHeldError as exc:
+        return PendingWrite(
+            node=node, requester=requester, access=access, request_id=request_id, origin=origin
+        )
+
+    def _refused(
+        self, exc: BaseException, node: MeshNode, request_id: str, *, log: bool
+    ) -> Recorded:
+        """Why an intent was NOT recorded, told in the answer (and logged, with ``log``)."""
+        if isinstance(exc, PendingWriteHeldError):
             if log:
                 logger.bind(
                     event="pending_write_held", path=node.path, request_id=request_id
@@ -90,22 +90,46 @@ class PendingWrites:
                 "answers again.",
                 "another requester's create of this path is already pending",
             )
-        except Exception as exc:  # noqa: BLE001 - logged at ERROR and told in the answer
-            if log:
-                logger.bind(
-                    event="journal_failed", path=node.path, error_type=type(exc).__name__
-                ).opt(exception=exc).error(
-                    "pending write for '{}' could NOT be recorded: {}: {}",
-                    node.path,
-                    type(exc).__name__,
-                    exc,
-                )
-            why = f"{type(exc).__name__}: {exc}"
-            return Recorded(
-                False,
-                f" The pending write could NOT be journaled ({why}); it will not be re-issued.",
-                why,
+        if log:
+            logger.bind(
+                event="journal_failed", path=node.path, error_type=type(exc).__name__
+            ).opt(exception=exc).error(
+                "pending write for '{}' could NOT be recorded: {}: {}",
+                node.path,
+                type(exc).__name__,
+                exc,
             )
+        why = f"{type(exc).__name__}: {exc}"
+        return Recorded(
+            False,
+            f" The pending write could NOT be journaled ({why}); it will not be re-issued.",
+            why,
+        )
+
+    async def record(
+        self,
+        node: MeshNode,
+        access: AccessContext | None,
+        request_id: str,
+        origin: Literal["create", "create_nodes"],
+    ) -> Recorded:
+        """Record an UNAVAILABLE create for one re-issue; returns once the intent is durable.
+
+        The recording step can never prevent the answer: whatever it raises (a journal that
+        cannot be written, a value the journal cannot encode, a defect) is logged at ERROR and
+        the answer says the write will not be re-issued. Another requester's outstanding intent
+        for the same path is never displaced; this one is then not recorded, and says so. The
+        journal's durable step runs off the event loop, in a group with every record made
+        meanwhile (:meth:`~rxmesh.ledger.PendingWriteLedger.record_durably`).
+        """
+        if not self._core.record_pending_writes:
+            return _OFF
+        try:
+            await self._core.ledger.record_durably(
+                self._intent(node, access, request_id, origin)
+            )
+        except Exception as exc:  # noqa: BLE001 - logged at ERROR and told in the answer
+            return self._refused(exc, node, request_id, log=True)
         return Recorded(True, "")
 
     def settle_by_answer(
@@ -158,23 +182,21 @@ class PendingWrites:
                 continue
             self.settle_by_answer(req, node.path, answer)
 
-    def record_bulk(
+    async def record_bulk(
         self, req: CreateNodesRequest, not_created: tuple[MeshNode, ...]
     ) -> tuple[tuple[str, ...], tuple[str, ...], str]:
-        """Record every node of an unreachable bulk that did not land; say which were not.
+        """Record every node of an unreachable bulk that did not land, in ONE durable step;
+        say which were not.
 
         Returns the paths recorded, the paths not recorded, and the note for the answer: counts
         and reasons in the text, the lists in the response. Failures are logged once (the first,
         with its traceback) and summarised, not once per node.
         """
-        access = self._core.requester_or_none(req.access, req.nodes[0])
+        outcomes = await self._record_all(req, not_created)
         recorded: list[str] = []
         refused: dict[str, list[str]] = {}  # why -> paths
         first: Recorded | None = None
-        for node in not_created:
-            outcome = self.record(
-                node, access, req.request_id, "create_nodes", log=first is None
-            )
+        for node, outcome in zip(not_created, outcomes, strict=True):
             if outcome.recorded:
                 recorded.append(node.path)
                 continue
@@ -206,3 +228,38 @@ class PendingWrites:
             f"will not be re-issued (listed in not_recorded): {reasons}."
         )
         return tuple(recorded), not_recorded, note
+
+    async def _record_all(
+        self, req: CreateNodesRequest, nodes: tuple[MeshNode, ...]
+    ) -> list[Recorded]:
+        """One :class:`Recorded` per node, in order (the first refusal logged in detail)."""
+        if not self._core.record_pending_writes:
+            return [_OFF] * len(nodes)
+        access = self._core.requester_or_none(req.access, req.nodes[0])
+        outcomes: list[Recorded | None] = [None] * len(nodes)
+        intents: list[PendingWrite] = []
+        built: list[int] = []
+        logged = False
+        for index, node in enumerate(nodes):
+            try:
+                intents.append(self._intent(node, access, req.request_id, "create_nodes"))
+            except Exception as exc:  # noqa: BLE001 - logged at ERROR and told in the answer
+                outcomes[index] = self._refused(exc, node, req.request_id, log=not logged)
+                logged = True
+                continue
+            built.append(index)
+        try:
+            results: list[RecordResult | Exception] = [
+                *(await self._core.ledger.record_many_durably(intents))
+            ]
+        except Exception as exc:  # noqa: BLE001 - the ledger closed: none of them recorded
+            results = [exc] * len(intents)
+        for index, result in zip(built, results, strict=True):
+            if isinstance(result, BaseException):
+                outcomes[index] = self._refused(
+                    result, nodes[index], req.request_id, log=not logged
+                )
+                logged = True
+            else:
+                outcomes[index] = Recorded(True, "")
+        return [outcome if outcome is not None else _OFF for outcome in outcomes]

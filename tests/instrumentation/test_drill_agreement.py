@@ -1,5 +1,5 @@
 """The drill's ``--json`` events and the Prometheus metrics agree (docs/observability.md has the
-mapping). Parts that need the mesh's and the ledger's emit points are strict xfails for now."""
+mapping), the mesh's and the ledger's emit points included."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import itertools
 import json
 from typing import Any
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from rxmesh import instrumentation
@@ -46,7 +45,6 @@ async def test_gaps_reopens_and_health_changes_agree_with_the_drills_events() ->
         ) == changes.count(status), (status, statuses)
 
 
-@pytest.mark.xfail(reason="mesh emit points not wired yet", strict=True)
 async def test_create_answers_agree_with_the_drills_create_events() -> None:
     events, samples = await drill_with_metrics()
     creates = [e for e in events if e["event"] == "create"]
@@ -62,7 +60,6 @@ async def test_create_answers_agree_with_the_drills_create_events() -> None:
         )
 
 
-@pytest.mark.xfail(reason="ledger emit points not wired yet", strict=True)
 async def test_verdicts_agree_with_the_drills_verdict_events() -> None:
     events, samples = await drill_with_metrics()
     verdicts = [e["verdict"] for e in events if e["event"] == "verdict"]

@@ -3,7 +3,6 @@ after a drill-like outage; its counts equal the run's own accounting."""
 
 from __future__ import annotations
 
-import pytest
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,9 +12,6 @@ from rxmesh.aio import first_value
 from rxmesh.instrumentation.prometheus import PrometheusInstrument
 from tests.instrumentation.outage import RETRIES_PER_GIVE_UP, Accounting, doc, run_outage
 from tests.mesh.conftest import ALICE, make_mesh
-
-MESH_NOT_WIRED = "mesh emit points not wired yet"
-LEDGER_NOT_WIRED = "ledger emit points not wired yet"
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -101,7 +97,6 @@ def test_the_registry_is_its_own_never_the_global_one() -> None:
     PrometheusInstrument()  # a second one registers on its own registry: no duplicate error
 
 
-@pytest.mark.xfail(reason=MESH_NOT_WIRED, strict=True)
 async def test_node_operation_answers_equal_the_runs_answers() -> None:
     samples, _, books = await outage_exposition()
     reissued = sum(books.verdicts.values())
@@ -122,7 +117,6 @@ async def test_node_operation_answers_equal_the_runs_answers() -> None:
     )
 
 
-@pytest.mark.xfail(reason=LEDGER_NOT_WIRED, strict=True)
 async def test_intent_counters_equal_the_runs_verdicts() -> None:
     samples, _, books = await outage_exposition()
     unavailable = books.answers["UNAVAILABLE"]

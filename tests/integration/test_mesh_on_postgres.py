@@ -13,7 +13,7 @@ import pytest
 
 from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
 from rxmesh.aio import first_value
-from rxmesh.ledger import PendingWriteLedger
+from rxmesh.ledger import PendingWriteLedger, read_journal
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy, TemporaryPostgresCluster
 from tests.helpers import Outcomes
@@ -92,13 +92,15 @@ async def test_a_refused_connection_is_unavailable_and_journaled_then_lands_on_a
         )
         assert response.rejection_reason is RejectionReason.UNAVAILABLE, response
         assert "Nothing was written" in (response.error or "")
-        assert len(list((tmp_path / "journal").glob("*.json"))) == 1
+        assert len(read_journal(tmp_path / "journal")) == 1
         await proxy.restore()
         # The listener reconnects, re-LISTENs and declares a gap: that is the evidence.
         outcomes = await collected.wait(1, timeout=20)
         assert [(o.intent.path, o.verdict) for o in outcomes] == [("out/b", Verdict.LANDED)]
         assert await count_rows(pg_dsn, store.schema_of("out"), "out/b") == 1
-        assert list((tmp_path / "journal").glob("*.json")) == []
+        assert mesh.ledger.pending() == ()
+        mesh.ledger.close()  # the caller's ledger: closing commits the settled removal
+        assert read_journal(tmp_path / "journal") == ()
     finally:
         await store.close()
 
@@ -133,7 +135,7 @@ async def test_a_stopped_private_cluster_creates_journal_then_all_land_once_afte
                 for p in paths
             ]
             assert {a.rejection_reason for a in answers} == {RejectionReason.UNAVAILABLE}
-            assert len(list(journal.glob("*.json"))) == len(paths)
+            assert len(read_journal(journal)) == len(paths)
             await asyncio.to_thread(cluster.start)
             outcomes = await collected.wait(len(paths), timeout=30)
             assert sorted((o.intent.path, o.verdict) for o in outcomes) == [
@@ -153,7 +155,9 @@ async def test_a_stopped_private_cluster_creates_journal_then_all_land_once_afte
                 await conn.close()
             assert duplicates == 0
             assert landed == len(paths)
-            assert list(journal.glob("*.json")) == []
+            assert mesh.ledger.pending() == ()
+            mesh.ledger.close()  # the caller's ledger: closing commits the settled removal
+            assert read_journal(journal) == ()
         finally:
             await store.close()
     finally:

@@ -13,7 +13,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import pytest
 from reactivex.testing import TestScheduler
 
 from rxmesh import Mesh
@@ -107,7 +106,6 @@ def test_a_subscriber_back_within_the_grace_gets_every_row_committed_meanwhile()
     assert mesh.queries.statistics().upstream_subscriptions == 1
 
 
-@pytest.mark.xfail(reason="Mesh.dispose not wired yet", strict=True)
 def test_disposing_the_mesh_releases_its_cached_chains_and_their_upstreams() -> None:
     """Mesh.dispose() must call ``self.queries.dispose()`` (SyncedQueryCache.dispose)."""
     mesh, store, _ = _mesh()

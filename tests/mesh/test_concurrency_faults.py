@@ -302,6 +302,7 @@ async def test_a_reissue_in_flight_is_called_off_when_the_callers_own_reissue_la
     store.restore()
     original = store.awrite
     stuck: list[bool] = []
+    called_off = asyncio.Event()
 
     async def write(node: MeshNode) -> MeshNode:
         if node.path == "p/x" and not stuck:  # the recovery's write: it never answers
@@ -310,6 +311,7 @@ async def test_a_reissue_in_flight_is_called_off_when_the_callers_own_reissue_la
                 await asyncio.Event().wait()
             finally:
                 stuck.append(True)  # cancelled: the re-issue was called off
+                called_off.set()
         return await original(node)
 
     store.awrite = write  # type: ignore[method-assign]
@@ -322,6 +324,10 @@ async def test_a_reissue_in_flight_is_called_off_when_the_callers_own_reissue_la
     assert again.success
     got = await outcomes.wait(1)
     assert [(o.intent.request_id, o.verdict) for o in got] == [(request.request_id, Verdict.LANDED)]
-    assert stuck == [False, True]  # the stuck re-issue was disposed
+    # The stuck re-issue was disposed: its task is cancelled, and the cancellation reaches its
+    # write at that task's next step (the caller's answer may arrive first: it is awaited in the
+    # caller's own task).
+    await asyncio.wait_for(called_off.wait(), timeout=5)
+    assert stuck == [False, True]
     assert mesh.recovery is not None
     assert mesh.recovery.reissuing == 0

@@ -13,7 +13,7 @@ from reactivex.testing import TestScheduler
 from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
 from rxmesh.aio import first_value
 from rxmesh.exceptions import StoreError
-from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
+from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome, read_journal
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore, unreachable_error
 from tests.helpers import Outcomes
@@ -139,7 +139,8 @@ async def test_a_restart_reissues_a_journaled_intent(tmp_path: Path) -> None:
     store.refuse_writes_as_unreachable()
     await first_value(first.create_node(CreateNodeRequest(node=doc("acme/b"), access=ALICE)))
     first.dispose()
-    assert len(list(journal.glob("*.json"))) == 1
+    first.ledger.close()  # as a process that ends would leave it
+    assert [i.path for i in read_journal(journal)] == ["acme/b"]
 
     store.restore()
     second = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(journal))
@@ -148,7 +149,9 @@ async def test_a_restart_reissues_a_journaled_intent(tmp_path: Path) -> None:
     store.declare_gap("restarted")
     (outcome,) = await collected.wait(1)
     assert outcome.verdict is Verdict.LANDED
-    assert list(journal.glob("*.json")) == []
+    second.dispose()
+    second.ledger.close()  # the caller's ledger: closing commits the settled intent's removal
+    assert read_journal(journal) == ()
 
 
 async def test_a_second_evidence_does_not_reissue_a_settled_intent() -> None:

@@ -7,6 +7,7 @@ and the failure is logged at ERROR.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from reactivex import operators as ops
 
 from rxmesh import CreateNodeRequest, CreateNodesRequest, MeshNode, RejectionReason
 from rxmesh.aio import first_value
-from rxmesh.ledger import JournalError, PendingWrite, PendingWriteLedger
+from rxmesh.ledger import JournalError, PendingWrite, PendingWriteLedger, RecordResult, read_journal
 from tests.conftest import LogRecords
 
 from .conftest import ALICE, make_mesh
@@ -28,6 +29,12 @@ class BrokenLedger(PendingWriteLedger):
         self.error = error
 
     def record(self, intent: PendingWrite) -> bool:
+        raise self.error
+
+    async def record_durably(self, intent: PendingWrite) -> bool:
+        raise self.error
+
+    async def record_many_durably(self, intents: Iterable[PendingWrite]) -> list[RecordResult]:
         raise self.error
 
 
@@ -99,15 +106,32 @@ class FillingLedger(PendingWriteLedger):
         super().__init__(journal_dir)  # type: ignore[arg-type]
         self.room = room
 
+    def _full(self, intent: PendingWrite) -> JournalError:
+        return JournalError(
+            f"could not write pending-write journal file for {intent.path!r}: "
+            "[Errno 28] No space left on device",
+            path=str(self.journal_dir),
+        )
+
     def record(self, intent: PendingWrite) -> bool:
         if self.room <= 0:
-            raise JournalError(
-                f"could not write pending-write journal file for {intent.path!r}: "
-                "[Errno 28] No space left on device",
-                path=str(self.journal_dir),
-            )
+            raise self._full(intent)
         self.room -= 1
         return super().record(intent)
+
+    async def record_durably(self, intent: PendingWrite) -> bool:
+        if self.room <= 0:
+            raise self._full(intent)
+        self.room -= 1
+        return await super().record_durably(intent)
+
+    async def record_many_durably(self, intents: Iterable[PendingWrite]) -> list[RecordResult]:
+        """The first ``room`` intents fit; each one after them is refused as the disk is full."""
+        every = list(intents)
+        fits, left = every[: self.room], every[self.room :]
+        self.room -= len(fits)
+        results = await super().record_many_durably(fits)
+        return [*results, *(self._full(intent) for intent in left)]
 
 
 async def test_a_bulk_whose_journaling_partly_failed_says_which_nodes_were_recorded(
@@ -133,7 +157,7 @@ async def test_a_bulk_whose_journaling_partly_failed_says_which_nodes_were_recor
     assert "No space left on device" in text
     assert "'p/b016'" in text
     assert sorted(p.path for p in ledger.pending()) == list(answer.recorded_for_reissue)
-    assert len(list((tmp_path / "journal").glob("*.json"))) == 16
+    assert len(read_journal(tmp_path / "journal")) == 16
     journal_errors = [
         r for r in log_records.at("ERROR") if r["extra"].get("event") == "journal_failed"
     ]

@@ -109,7 +109,8 @@ def _reissue_says_exists(mp: pytest.MonkeyPatch) -> None:
                 return immediate(
                     CreateNodeResponse.fail(
                         request.request_id, RejectionReason.NODE_ALREADY_EXISTS, "exists"
-                    )
+                    ),
+                    "create",
                 )
             seen.add(request.request_id)
         return original(self, request)

@@ -148,4 +148,5 @@ async def test_a_writer_killed_during_an_outage_loses_no_journaled_intent(
     assert by_path == {path: [intent.request_id] for path, intent in loaded.items()}
     assert not ledger.pending()
     assert not ledger.in_flight()
+    ledger.close()  # the caller's ledger: closing commits every settled removal
     assert sorted(p.name for p in journal.iterdir()) == []
