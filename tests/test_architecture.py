@@ -1,0 +1,111 @@
+"""docs/architecture.md against the tree: the modules it names exist, and imports point down.
+
+The dependency rules are checked on the imports each module really makes (parsed, not run,
+``TYPE_CHECKING`` imports included), grouped by package. Each rule has its negative control: the
+same checker, handed a graph with the forbidden edge added, reports it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import rxmesh
+
+PACKAGE = Path(rxmesh.__file__).parent
+DOC = PACKAGE.parent / "docs" / "architecture.md"
+
+CROSS_CUTTING = {
+    "rxmesh.faults",
+    "rxmesh.exceptions",
+    "rxmesh.model",
+    "rxmesh._model_rules",
+    "rxmesh.operations",
+    "rxmesh.instrumentation",
+}
+ALLOWED: dict[str, set[str]] = {
+    # a package: what it may import inside rxmesh (besides itself)
+    **dict.fromkeys(CROSS_CUTTING, CROSS_CUTTING),
+    "rxmesh.operators": CROSS_CUTTING | {"rxmesh._scheduling"},
+    "rxmesh.providers": CROSS_CUTTING | {"rxmesh._scheduling", "rxmesh.aio"},
+    "rxmesh.ledger": CROSS_CUTTING | {"rxmesh._scheduling", "rxmesh.aio"},
+    "rxmesh.cache": CROSS_CUTTING | {"rxmesh._scheduling", "rxmesh._query_snapshot"},
+}
+
+
+def _package(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Package -> the rxmesh packages its modules import."""
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        targets: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets.add(node.module)
+            elif isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+        package = _package(module)
+        graph.setdefault(package, set()).update(
+            _package(t) for t in targets if t.split(".")[0] in ("rxmesh", "tests")
+        )
+        graph[package].discard(package)
+    return graph
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for package, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            if dep.startswith("tests"):
+                found.append(f"{package} imports {dep}: the package never imports the tests")
+            elif dep == "rxmesh.testing" and package not in ("rxmesh.drill", "rxmesh.testing"):
+                found.append(f"{package} imports rxmesh.testing (only the drill may)")
+            elif package in ALLOWED and dep not in ALLOWED[package]:
+                found.append(f"{package} imports {dep}: up the picture")
+    return found
+
+
+def test_imports_point_down_the_picture() -> None:
+    assert violations(import_graph()) == []
+
+
+def test_negative_control_an_edge_up_the_picture_is_reported() -> None:
+    for package, forbidden in (
+        ("rxmesh.providers", "rxmesh.mesh"),
+        ("rxmesh.operators", "rxmesh.providers"),
+        ("rxmesh.faults", "rxmesh.operators"),
+        ("rxmesh.ledger", "rxmesh.mesh"),
+        ("rxmesh.mesh", "rxmesh.testing"),
+        ("rxmesh.cli", "tests.helpers"),
+    ):
+        graph = import_graph()
+        graph.setdefault(package, set()).add(forbidden)
+        assert any(f"{package} imports {forbidden}" in v for v in violations(graph)), forbidden
+
+
+def test_every_module_the_page_names_exists() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    named = set(re.findall(r"\brxmesh(?:\.[a-z_]+)+", text))
+    assert named, "the page names no module"
+    for name in sorted(named):
+        relative = Path(*name.split("."))
+        assert (PACKAGE.parent / relative).is_dir() or (
+            PACKAGE.parent / relative.with_suffix(".py")
+        ).is_file(), f"docs/architecture.md names {name}, which does not exist"
+    mesh_jobs = re.findall(r"^\s+│\s+(_[a-z_]+)\s", text, flags=re.MULTILINE)
+    assert len(mesh_jobs) >= 8
+    for job in mesh_jobs:
+        assert (PACKAGE / "mesh" / f"{job}.py").is_file(), f"rxmesh/mesh/{job}.py is named"
+
+
+def test_the_page_names_every_module_of_the_mesh() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    for path in (PACKAGE / "mesh").glob("_*.py"):
+        if path.stem != "__init__":
+            assert path.stem in text, f"docs/architecture.md does not show rxmesh/mesh/{path.name}"
