@@ -85,9 +85,22 @@ class NodeResponse(BaseModel):
 
     @classmethod
     def fail(cls, request_id: str, reason: RejectionReason, error: str, **fields: Any) -> Self:
-        """A failure answer with its reason and text (and the verb's own ``fields``)."""
-        values: dict[str, Any] = {"rejection_reason": reason, "error": error, **fields}
-        return cls(request_id=request_id, success=False, **values)
+        """A failure answer with its reason and text (and the verb's own ``fields``).
+
+        Built without pydantic's validation pass (it is the hot path of an outage: every
+        UNAVAILABLE answer is one): the reason and the text are checked here, the ``fields``
+        must already have their declared types (the terminal arm passes what the models hold).
+        """
+        if not isinstance(reason, RejectionReason):
+            raise TypeError(f"reason must be a RejectionReason, got {reason!r}")
+        if not isinstance(request_id, str) or not isinstance(error, str):
+            raise TypeError("request_id and error must be strings")
+        unknown = set(fields) - set(cls.model_fields)
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
+        return cls.model_construct(
+            request_id=request_id, success=False, rejection_reason=reason, error=error, **fields
+        )
 
 
 class CreateNodeRequest(BaseModel):
