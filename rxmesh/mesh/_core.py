@@ -24,7 +24,6 @@ from rxmesh.model import (
     AccessContext,
     MeshNode,
     validate_content,
-    validate_path,
 )
 from rxmesh.operators import retry_transient_connect
 from rxmesh.operators._ladder import Ladder
@@ -114,10 +113,12 @@ class MeshCore:
             return None
 
     def fail_fast(self, node: MeshNode, access: AccessContext | None) -> None:
-        """Checks that need no store: path (reserved segments are the system's), type/content
-        presence, content size."""
-        is_system = access is not None and access.is_system
-        validate_path(node.path, allow_reserved=is_system)
+        """Checks that need no store: type/content presence, content size.
+
+        The path (reserved segments are the system's) was checked when the request was parsed
+        (:func:`rxmesh.mesh._requests.check_strings`, every verb's entry point), with the same
+        requester: it is not checked again here.
+        """
         if node.node_type is None and node.content is None:
             raise NodeValidationError(
                 f"node '{node.path}' has neither a node_type nor content", path=node.path
