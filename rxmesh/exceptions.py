@@ -10,6 +10,8 @@ PermissionError`` catches a missing grant)::
     ├── StoreError                        a store's boundary error; has ``sqlstate``
     │   ├── StorePoolExhaustedError       this process's pool had no free connection (back-pressure)
     │   ├── StoreConflictError            a row is already at that path (sqlstate 23505; a verdict)
+    │   ├── StoreVersionConflictError     compare-and-set refused: the row is not at the expected
+    │   │                                 version (another write came first; a verdict)
     │   └── ChangeFeedUnverifiedError     start() refused: probes sent through the pool never
     │                                     reached the LISTEN connection (a pooler? listen_dsn=)
     ├── QueryProviderStalledError         the fan-in's Initial gate fired (NOT a TimeoutError)
@@ -23,6 +25,7 @@ PermissionError`` catches a missing grant)::
     └── NodeOperationError                UNKNOWN; base of the verbs' errors
         ├── StoreUnavailableError         UNAVAILABLE: not evaluated, nothing written
         ├── NodeExistsError               NODE_ALREADY_EXISTS
+        ├── NodeVersionConflictError      VERSION_CONFLICT: another write came first
         ├── NodeAccessDeniedError         FORBIDDEN              (also a PermissionError)
         └── NodeValidationError           VALIDATION_FAILED      (also a ValueError)
             ├── InvalidPathError          INVALID_PATH
@@ -51,6 +54,7 @@ __all__ = [
     "NodeExistsError",
     "NodeOperationError",
     "NodeValidationError",
+    "NodeVersionConflictError",
     "PendingWriteHeldError",
     "QueryProviderStalledError",
     "RxMeshError",
@@ -59,6 +63,7 @@ __all__ = [
     "StoreError",
     "StorePoolExhaustedError",
     "StoreUnavailableError",
+    "StoreVersionConflictError",
 ]
 
 
@@ -151,6 +156,38 @@ class StoreConflictError(StoreError):
         super().__init__(message, sqlstate="23505", store=store)
         self.path = path
         self.existing_request_id = existing_request_id
+
+
+class StoreVersionConflictError(StoreError):
+    """A compare-and-set update, delete or move found the row at another version (a verdict).
+
+    Another write came first: the row is not at the version (or not by the write) the request was
+    based on, and nothing was changed. Never a "could not reach" fault (``sqlstate`` ``None``).
+
+    Args:
+        message: what happened.
+        path: the contested path.
+        expected_version: the version the request was based on.
+        actual_version: the row's version now (``None``: the row is gone).
+        actual_request_id: the request id of the write that left the row as it is now.
+        store: a printable name of the store.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str,
+        expected_version: int,
+        actual_version: int | None,
+        actual_request_id: str | None = None,
+        store: str | None = None,
+    ) -> None:
+        super().__init__(message, sqlstate=None, store=store)
+        self.path = path
+        self.expected_version = expected_version
+        self.actual_version = actual_version
+        self.actual_request_id = actual_request_id
 
 
 class QueryProviderStalledError(RxMeshError):
@@ -282,6 +319,12 @@ class StoreUnavailableError(NodeOperationError):
 
 class NodeExistsError(NodeOperationError):
     """NODE_ALREADY_EXISTS: a node is already at that path (written by another request)."""
+
+
+class NodeVersionConflictError(NodeOperationError):
+    """VERSION_CONFLICT: another write came first; the node is not at the version the update,
+    delete or move was based on (its ``expected_version``), and nothing was changed. Read the
+    node again and decide; re-issuing the same request cannot succeed."""
 
 
 class NodeAccessDeniedError(NodeOperationError, PermissionError):

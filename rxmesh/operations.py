@@ -7,6 +7,8 @@
 - ``NODE_ALREADY_EXISTS``: a node is at that path, written by another request.
 - ``INVALID_PATH``, ``INVALID_NODE_TYPE``, ``VALIDATION_FAILED``: the request is wrong; fix it.
 - ``FORBIDDEN``: the requester holds no grant (a verdict; not "your request was invalid").
+- ``VERSION_CONFLICT``: an update, delete or move was based on a version the node is no longer
+  at (or a node no longer there): another write came first, and nothing was changed.
 - ``UNKNOWN``: an unexpected failure; the text says what.
 
 Every string field of a request obeys a rule that every store can keep (docs/requests.md): a
@@ -58,15 +60,21 @@ class RejectionReason(StrEnum):
     VALIDATION_FAILED = "VALIDATION_FAILED"
     FORBIDDEN = "FORBIDDEN"
     UNAVAILABLE = "UNAVAILABLE"
+    VERSION_CONFLICT = "VERSION_CONFLICT"
 
 
 class Verdict(StrEnum):
-    """How a re-issued pending write settled."""
+    """How a re-issued pending write settled (docs/pending-writes.md has the table per verb)."""
 
     LANDED = "LANDED"
-    """The re-issued create went through."""
+    """The re-issued write went through (or an earlier attempt of the same request had)."""
     ALREADY_PRESENT = "ALREADY_PRESENT"
-    """Someone (often the caller itself) created the node meanwhile."""
+    """A create: someone (often the caller itself) created the node meanwhile."""
+    ALREADY_ABSENT = "ALREADY_ABSENT"
+    """A delete: the node was gone already (this request's earlier attempt, or another's)."""
+    CONFLICT = "CONFLICT"
+    """An update, delete or move: another write came first (the node is no longer at the version
+    the request was based on, is gone, or a move's target is taken). Nothing was overwritten."""
     DROPPED = "DROPPED"
     """The re-issue was refused again, for any reason; it is not retried."""
 
@@ -183,6 +191,18 @@ class CreateNodesResponse(NodeResponse):
     not_recorded: tuple[str, ...] = ()
 
 
+_BASIS_DOC = """
+    Compare-and-set: ``expected_version`` is the version of the node the request was based on
+    (``expected_request_id``, optionally, the request id of the write that produced that
+    version: the store keeps the id of the last write with the row). When it is given, the store
+    applies the request only if the node is still at that version; otherwise the answer is
+    VERSION_CONFLICT and nothing changes. When it is ``None`` the mesh bases the request on the
+    node as its attempt reads it (so a write between that read and the write is a conflict too).
+    ``reissued_after_unavailable`` is set by the pending-write recovery: such a request is never
+    recorded again.
+"""
+
+
 class UpdateNodeRequest(BaseModel):
     """Replace the type/content of an existing node (its path stays)."""
 
@@ -191,6 +211,9 @@ class UpdateNodeRequest(BaseModel):
     node: MeshNode
     access: AccessContext | None = None
     request_id: RequestId = Field(default_factory=new_request_id)
+    expected_version: int | None = Field(default=None, ge=1)
+    expected_request_id: RequestId | None = None
+    reissued_after_unavailable: bool = False
 
 
 class DeleteNodeRequest(BaseModel):
@@ -201,10 +224,13 @@ class DeleteNodeRequest(BaseModel):
     path: NodePath
     access: AccessContext | None = None
     request_id: RequestId = Field(default_factory=new_request_id)
+    expected_version: int | None = Field(default=None, ge=1)
+    expected_request_id: RequestId | None = None
+    reissued_after_unavailable: bool = False
 
 
 class MoveNodeRequest(BaseModel):
-    """Move a node from ``source`` to a free ``target`` path."""
+    """Move a node from ``source`` to a free ``target`` path (the basis is the source's)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -212,11 +238,26 @@ class MoveNodeRequest(BaseModel):
     target: NodePath
     access: AccessContext | None = None
     request_id: RequestId = Field(default_factory=new_request_id)
+    expected_version: int | None = Field(default=None, ge=1)
+    expected_request_id: RequestId | None = None
+    reissued_after_unavailable: bool = False
+
+
+for _model in (UpdateNodeRequest, DeleteNodeRequest, MoveNodeRequest):
+    _model.__doc__ = f"{_model.__doc__}\n{_BASIS_DOC}"
 
 
 class NodeOperationResponse(NodeResponse):
-    """The one answer to an update, delete or move."""
+    """The one answer to an update, delete or move.
+
+    ``already_absent``: a re-issued delete found nothing to delete (the node was gone already).
+    ``outcome_unknown`` and ``recorded_for_reissue`` mean what they mean on
+    :class:`CreateNodeResponse`.
+    """
 
     node: MeshNode | None = None
     rejection_reason: RejectionReason | None = None
     error: str | None = None
+    outcome_unknown: bool = False
+    recorded_for_reissue: bool = False
+    already_absent: bool = False

@@ -9,16 +9,18 @@ the hot ``changes`` / ``gaps`` / ``answers_again`` streams.
 Emission is synchronous at subscription time (still lazy: nothing happens before ``subscribe``).
 Mutations hold a lock; streams are fed after it is released. Stamping (``created_by``,
 ``created_at``) is the mesh's job: the store keeps what it is given, except ``version``: a write
-stores ``max(1, node.version)``; ``update`` and ``move`` bump it by one.
+stores ``max(1, node.version)``; ``update`` and ``move`` bump it by one and, given the request's
+id, keep it as the row's (the id of the row's last write). ``update``, ``delete`` and ``move``
+take an expected version: a compare-and-set that changes nothing when another write came first.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
@@ -37,22 +39,13 @@ from rxmesh.model import (
     WindowCommitted,
     partition_of,
 )
+from rxmesh.providers._memory_live import live_query
+from rxmesh.providers._memory_verbs import MemoryVerbs, WriteAttempt, cold
 from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
 
 __all__ = ["InMemoryStore", "InMemoryStoreStatistics", "WriteAttempt"]
 
 _T = TypeVar("_T")
-
-
-class WriteAttempt(NamedTuple):
-    """One write-type operation attempted on the store: ``(op, path)``.
-
-    ``op`` is ``"write"``, ``"write_many"`` (one entry per node), ``"update"``, ``"delete"`` or
-    ``"move"`` (two entries: the source path, then the target path).
-    """
-
-    op: str
-    path: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,28 +74,7 @@ def _hot(subject: Subject[_T]) -> Observable[_T]:
     return Observable(subscribe)
 
 
-def _cold(work: Callable[[], _T]) -> Observable[_T]:
-    """A cold observable that runs ``work()`` anew for each subscription and emits its result.
-
-    An exception raised by ``work`` is delivered as ``on_error`` (unchanged), never swallowed.
-    """
-
-    def subscribe(
-        observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
-    ) -> abc.DisposableBase:
-        try:
-            value = work()
-        except Exception as exc:  # noqa: BLE001 - forwarded to the observer unchanged
-            observer.on_error(exc)
-            return Disposable()
-        observer.on_next(value)
-        observer.on_completed()
-        return Disposable()
-
-    return Observable(subscribe)
-
-
-class InMemoryStore:
+class InMemoryStore(MemoryVerbs):
     """The embedded store: a dict per partition, a change feed, announced commits.
 
     Args:
@@ -227,7 +199,7 @@ class InMemoryStore:
 
     def read(self, path: str) -> Observable[MeshNode | None]:
         """The node at ``path``; ``None`` if absent (including a partition never written)."""
-        return _cold(lambda: self._read_now(path))
+        return cold(lambda: self._read_now(path))
 
     async def aread(self, path: str) -> MeshNode | None:
         """:meth:`read`, awaited."""
@@ -241,7 +213,7 @@ class InMemoryStore:
     def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
         """The nodes present among ``paths``; absent paths are missing from the dict."""
         wanted = tuple(paths)
-        return _cold(lambda: self._read_many_now(wanted))
+        return cold(lambda: self._read_many_now(wanted))
 
     async def aread_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
         """:meth:`read_many`, awaited."""
@@ -294,7 +266,7 @@ class InMemoryStore:
         Emits the stored row (``version = max(1, node.version)``). A row written by another
         request (or with no request id) errors with :class:`StoreConflictError`.
         """
-        return _cold(lambda: self._write_now(node))
+        return cold(lambda: self._write_now(node))
 
     async def awrite(self, node: MeshNode) -> MeshNode:
         """:meth:`write`, awaited."""
@@ -365,89 +337,6 @@ class InMemoryStore:
         self._publish(changes)
         return changes
 
-    def update(self, node: MeshNode) -> Observable[MeshNode | None]:
-        """Replace the type and content of the node at ``node.path`` (version + 1).
-
-        Keeps the stored ``created_by``, ``created_at`` and ``request_id``; ``None`` if absent.
-        """
-        return _cold(lambda: self._update_now(node))
-
-    async def aupdate(self, node: MeshNode) -> MeshNode | None:
-        """:meth:`update`, awaited."""
-        return self._update_now(node)
-
-    def _update_now(self, node: MeshNode) -> MeshNode | None:
-        with self._lock:
-            self.write_log.append(WriteAttempt("update", node.path))
-            existing = self._get(node.path)
-            if existing is None:
-                return None
-            stored = existing.model_copy(
-                update={
-                    "node_type": node.node_type,
-                    "content": node.content,
-                    "version": existing.version + 1,
-                }
-            )
-            change = self._upsert(stored)
-        self._publish([change])
-        return stored
-
-    def delete(self, path: str) -> Observable[bool]:
-        """Delete the node at ``path`` (not its children); ``False`` if it was absent."""
-        return _cold(lambda: self._delete_now(path))
-
-    async def adelete(self, path: str) -> bool:
-        """:meth:`delete`, awaited."""
-        return self._delete_now(path)
-
-    def _delete_now(self, path: str) -> bool:
-        with self._lock:
-            self.write_log.append(WriteAttempt("delete", path))
-            table = self._partitions.get(partition_of(path))
-            existing = None if table is None else table.pop(path, None)
-        if existing is None:
-            return False
-        self._publish(
-            [
-                NodeChange.model_construct(
-                    source=self._name, op="delete", path=path, version=existing.version
-                )
-            ]
-        )
-        return True
-
-    def move(self, source: str, target: str) -> Observable[MeshNode | None]:
-        """Move the node at ``source`` to the free path ``target`` (version + 1), atomically.
-
-        ``None`` if ``source`` is absent; a taken ``target`` errors with
-        :class:`StoreConflictError` and changes nothing. Children do not move.
-        """
-        return _cold(lambda: self._move_now(source, target))
-
-    async def amove(self, source: str, target: str) -> MeshNode | None:
-        """:meth:`move`, awaited."""
-        return self._move_now(source, target)
-
-    def _move_now(self, source: str, target: str) -> MeshNode | None:
-        with self._lock:
-            self.write_log.append(WriteAttempt("move", source))
-            self.write_log.append(WriteAttempt("move", target))
-            existing = self._get(source)
-            if existing is None:
-                return None
-            taken = self._get(target)
-            if taken is not None:
-                raise self._conflict(target, taken, f"move of '{source}' refused")
-            del self._partitions[partition_of(source)][source]
-            moved = existing.model_copy(update={"path": target, "version": existing.version + 1})
-            removal = NodeChange.model_construct(
-                source=self._name, op="delete", path=source, version=existing.version
-            )
-            change = self._upsert(moved)
-        self._publish([removal, change])
-        return moved
-
     # -- live queries -------------------------------------------------------------------------
 
     def _snapshot(self, query: NodeQuery) -> list[MeshNode]:
@@ -461,64 +350,18 @@ class InMemoryStore:
                 if query.matches(node)
             ]
 
+    def _live_query_opened(self, delta: int) -> None:
+        with self._lock:
+            self._live_queries += delta
+
     def query(self, query: NodeQuery) -> Observable[QueryFrame]:
         """An Initial frame (every match, ordered by path), then one Delta per commit that
         changes the result (rows now matching in ``nodes``, rows no longer matching in
         ``removed``). A move inside the result is one Delta. Never completes by itself."""
-
-        def subscribe(
-            observer: abc.ObserverBase[QueryFrame], scheduler: abc.SchedulerBase | None = None
-        ) -> abc.DisposableBase:
-            view: dict[str, MeshNode] = {}
-            backlog: list[tuple[NodeChange, ...]] | None = []
-
-            def apply(batch: tuple[NodeChange, ...]) -> None:
-                upserts: dict[str, MeshNode] = {}
-                removed: list[str] = []
-                for change in batch:
-                    node = change.node
-                    if change.op == "upsert" and node is not None and query.matches(node):
-                        view[node.path] = node
-                        upserts[node.path] = node
-                        if node.path in removed:
-                            removed.remove(node.path)
-                    elif change.path in view:
-                        del view[change.path]
-                        upserts.pop(change.path, None)
-                        removed.append(change.path)
-                if upserts or removed:
-                    observer.on_next(
-                        QueryFrame.delta(list(upserts.values()), removed, provider=self._name)
-                    )
-
-            def on_commit(batch: tuple[NodeChange, ...]) -> None:
-                if backlog is not None:
-                    backlog.append(batch)
-                else:
-                    apply(batch)
-
-            # Listen first, then snapshot: a commit during the Initial is applied after it.
-            subscription = self._commits.subscribe(on_commit)
-            try:
-                snapshot = self._snapshot(query)
-            except Exception as exc:  # noqa: BLE001 - forwarded to the observer unchanged
-                subscription.dispose()
-                observer.on_error(exc)
-                return Disposable()
-            with self._lock:
-                self._live_queries += 1
-            view.update((node.path, node) for node in snapshot)
-            observer.on_next(QueryFrame.initial(snapshot, provider=self._name))
-            pending: list[tuple[NodeChange, ...]] = backlog or []
-            backlog = None
-            for batch in pending:
-                apply(batch)
-
-            def dispose() -> None:
-                subscription.dispose()
-                with self._lock:
-                    self._live_queries -= 1
-
-            return Disposable(dispose)
-
-        return Observable(subscribe)
+        return live_query(
+            query,
+            commits=self._commits,
+            snapshot=self._snapshot,
+            opened=self._live_query_opened,
+            provider=self._name,
+        )

@@ -48,6 +48,7 @@ from rxmesh.exceptions import (
     StoreConflictError,
     StoreError,
     StorePoolExhaustedError,
+    StoreVersionConflictError,
 )
 from rxmesh.model import (
     ChangeFeedGap,
@@ -1384,11 +1385,53 @@ class PostgresStore:
         landed = {row["path"] for row in rows}
         return tuple(n.path for n in chunk if n.path in landed)
 
-    def update(self, node: MeshNode) -> Observable[MeshNode | None]:
-        """Replace type and content of an existing node, version + 1; ``None`` if absent."""
-        return from_async(lambda: self.aupdate(node))
+    # Update, delete and move are compare-and-set when given a basis (``expected_version`` and,
+    # optionally, ``expected_request_id``: the id of the write that produced that version). The
+    # condition is in the statement's WHERE, so it holds at the row lock; when no row matched, one
+    # read of the row says why (absent, this request's own landed write, or a conflict).
 
-    async def aupdate(self, node: MeshNode) -> MeshNode | None:
+    def _version_conflict(
+        self, path: str, expected_version: int, row: asyncpg.Record | None
+    ) -> StoreVersionConflictError:
+        now = (
+            "gone"
+            if row is None
+            else (f"at version {row['version']} (request {row['request_id']!r})")
+        )
+        return StoreVersionConflictError(
+            f"compare-and-set refused at '{path}' in store '{self._name}': the request was based "
+            f"on version {expected_version}, the row is {now}; another write came first",
+            path=path,
+            expected_version=expected_version,
+            actual_version=None if row is None else row["version"],
+            actual_request_id=None if row is None else row["request_id"],
+            store=self._name,
+        )
+
+    def update(
+        self,
+        node: MeshNode,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+        request_id: str | None = None,
+    ) -> Observable[MeshNode | None]:
+        """Replace type and content of an existing node, version + 1; ``None`` if absent.
+
+        ``request_id`` (when given) becomes the row's; a row already carrying it is returned
+        unchanged (this request's update landed). With ``expected_version``: a compare-and-set
+        (:class:`StoreVersionConflictError` when another write came first).
+        """
+        return from_async(
+            lambda: self.aupdate(node, expected_version, expected_request_id, request_id)
+        )
+
+    async def aupdate(
+        self,
+        node: MeshNode,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+        request_id: str | None = None,
+    ) -> MeshNode | None:
         """:meth:`update`, awaited."""
         validate_path(node.path)
         table = self._table(node.partition)
@@ -1397,22 +1440,52 @@ class PostgresStore:
             try:
                 row = await conn.fetchrow(
                     f"UPDATE {table} SET node_type = $2, content = $3::jsonb,"
-                    f" version = version + 1 WHERE path = $1 RETURNING {_COLUMNS}",
+                    " version = version + 1, request_id = COALESCE($6::text, request_id)"
+                    " WHERE path = $1 AND ($4::bigint IS NULL OR version = $4)"
+                    " AND ($5::text IS NULL OR request_id = $5)"
+                    " AND ($6::text IS NULL OR request_id IS DISTINCT FROM $6)"
+                    f" RETURNING {_COLUMNS}",
                     node.path,
                     node.node_type,
                     _content_text(node),
+                    expected_version,
+                    expected_request_id,
+                    request_id,
+                )
+                if row is not None:
+                    return _node_from_row(row)
+                if expected_version is None and request_id is None:
+                    return None
+                current = await conn.fetchrow(
+                    f"SELECT {_COLUMNS} FROM {table} WHERE path = $1", node.path
                 )
             except _MISSING_SCHEMA:
                 return None
-            return None if row is None else _node_from_row(row)
+            if current is None:
+                return None
+            if request_id is not None and current["request_id"] == request_id:
+                return _node_from_row(current)  # this request's update did land
+            assert expected_version is not None  # else the UPDATE matched the row
+            raise self._version_conflict(node.path, expected_version, current)
 
         return await self._run(f"updating '{node.path}'", work)
 
-    def delete(self, path: str) -> Observable[bool]:
-        """Delete the node at ``path`` (not its children); ``False`` if absent."""
-        return from_async(lambda: self.adelete(path))
+    def delete(
+        self,
+        path: str,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+    ) -> Observable[bool]:
+        """Delete the node at ``path`` (not its children); ``False`` if absent. With
+        ``expected_version``: a compare-and-set, as for :meth:`update`."""
+        return from_async(lambda: self.adelete(path, expected_version, expected_request_id))
 
-    async def adelete(self, path: str) -> bool:
+    async def adelete(
+        self,
+        path: str,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+    ) -> bool:
         """:meth:`delete`, awaited."""
         validate_path(path)
         table = self._table(partition_of(path))
@@ -1420,19 +1493,54 @@ class PostgresStore:
         async def work(conn: _Connection) -> bool:
             try:
                 row = await conn.fetchrow(
-                    f"DELETE FROM {table} WHERE path = $1 RETURNING path", path
+                    f"DELETE FROM {table} WHERE path = $1"
+                    " AND ($2::bigint IS NULL OR version = $2)"
+                    " AND ($3::text IS NULL OR request_id = $3) RETURNING path",
+                    path,
+                    expected_version,
+                    expected_request_id,
+                )
+                if row is not None:
+                    return True
+                if expected_version is None:
+                    return False
+                current = await conn.fetchrow(
+                    f"SELECT {_COLUMNS} FROM {table} WHERE path = $1", path
                 )
             except _MISSING_SCHEMA:
                 return False
-            return row is not None
+            if current is None:
+                return False
+            raise self._version_conflict(path, expected_version, current)
 
         return await self._run(f"deleting '{path}'", work)
 
-    def move(self, source: str, target: str) -> Observable[MeshNode | None]:
-        """Move a node to a free path in one transaction; ``None`` if ``source`` is absent."""
-        return from_async(lambda: self.amove(source, target))
+    def move(
+        self,
+        source: str,
+        target: str,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+        request_id: str | None = None,
+    ) -> Observable[MeshNode | None]:
+        """Move a node to a free path in one transaction; ``None`` if ``source`` is absent.
 
-    async def amove(self, source: str, target: str) -> MeshNode | None:
+        ``request_id`` (when given) becomes the moved row's; a target carrying it with the source
+        gone is this request's landed move, returned. With ``expected_version`` the source is
+        compared-and-set, as for :meth:`update`.
+        """
+        return from_async(
+            lambda: self.amove(source, target, expected_version, expected_request_id, request_id)
+        )
+
+    async def amove(
+        self,
+        source: str,
+        target: str,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+        request_id: str | None = None,
+    ) -> MeshNode | None:
         """:meth:`move`, awaited."""
         validate_path(source)
         validate_path(target)
@@ -1440,18 +1548,40 @@ class PostgresStore:
         target_partition = partition_of(target)
         target_table = self._table(target_partition)
 
+        async def landed(conn: _Connection) -> MeshNode | None:
+            """The target row, if this request's move put it there (the source being gone)."""
+            if request_id is None:
+                return None
+            row = await conn.fetchrow(
+                f"SELECT {_COLUMNS} FROM {target_table} WHERE path = $1", target
+            )
+            return _node_from_row(row) if row and row["request_id"] == request_id else None
+
         async def work(conn: _Connection) -> MeshNode | None:
             if target_partition not in self._ensured:
                 await self._ensure_schema(conn, target_partition)
             async with conn.transaction():
                 try:
                     row = await conn.fetchrow(
-                        f"DELETE FROM {source_table} WHERE path = $1 RETURNING {_COLUMNS}", source
+                        f"DELETE FROM {source_table} WHERE path = $1"
+                        " AND ($2::bigint IS NULL OR version = $2)"
+                        " AND ($3::text IS NULL OR request_id = $3)"
+                        f" RETURNING {_COLUMNS}",
+                        source,
+                        expected_version,
+                        expected_request_id,
                     )
+                    if row is None:
+                        current = await conn.fetchrow(
+                            f"SELECT {_COLUMNS} FROM {source_table} WHERE path = $1", source
+                        )
                 except _MISSING_SCHEMA:
                     return None
                 if row is None:
-                    return None
+                    if current is None:
+                        return await landed(conn)
+                    assert expected_version is not None  # else the DELETE matched the row
+                    raise self._version_conflict(source, expected_version, current)
                 moved = await conn.fetchrow(
                     f"INSERT INTO {target_table} (path, node_type, content, created_by,"
                     " created_at, version, request_id) VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7)"
@@ -1462,7 +1592,7 @@ class PostgresStore:
                     row["created_by"],
                     row["created_at"],
                     row["version"] + 1,
-                    row["request_id"],
+                    request_id if request_id is not None else row["request_id"],
                 )
                 if moved is None:
                     existing = await conn.fetchval(

@@ -7,9 +7,8 @@ refused write is logged too: "no write was attempted at X" is asserted on this l
 operation in :attr:`FaultInjectingStore.counts`, and every fault injected is counted per knob in
 :attr:`FaultInjectingStore.injected`.
 
-The store's pieces live in private siblings: the error chains (``_fault_errors``), the operation
-log and statistics (``_fault_log``), the change-feed gate (``_feed_gate``) and the live query's
-streaming (``_fault_query``); every name is public from :mod:`rxmesh.testing`.
+Private siblings: the error chains (``_fault_errors``), the log and statistics (``_fault_log``),
+the feed gate (``_feed_gate``), the live query (``_fault_query``); names public in rxmesh.testing.
 """
 
 from __future__ import annotations
@@ -42,12 +41,7 @@ from rxmesh.testing._fault_errors import (
     connection_reset_error,
     unreachable_error,
 )
-from rxmesh.testing._fault_log import (
-    WRITE_OPS,
-    FaultInjectingStoreStatistics,
-    Operation,
-    Target,
-)
+from rxmesh.testing._fault_log import WRITE_OPS, FaultInjectingStoreStatistics, Operation, Target
 from rxmesh.testing._fault_query import Death, live_query
 from rxmesh.testing._feed_gate import FeedGate, FeedMode, through_gate
 
@@ -357,22 +351,22 @@ class FaultInjectingStore:
         stored: MeshNode = await self._awaited("write", node.path, self._write_decision, node)
         return stored
 
-    async def aupdate(self, node: MeshNode) -> MeshNode | None:
-        """:meth:`update`, awaited."""
+    async def aupdate(self, node: MeshNode, *basis: Any) -> MeshNode | None:
+        """:meth:`update`, awaited (``basis``: compare-and-set arguments, forwarded as given)."""
         stored: MeshNode | None = await self._awaited(
-            "update", node.path, self._write_decision, node
+            "update", node.path, self._write_decision, node, *basis
         )
         return stored
 
-    async def adelete(self, path: str) -> bool:
+    async def adelete(self, path: str, *basis: Any) -> bool:
         """:meth:`delete`, awaited."""
-        deleted: bool = await self._awaited("delete", path, self._write_decision, path)
+        deleted: bool = await self._awaited("delete", path, self._write_decision, path, *basis)
         return deleted
 
-    async def amove(self, source: str, target: str) -> MeshNode | None:
+    async def amove(self, source: str, target: str, *basis: Any) -> MeshNode | None:
         """:meth:`move`, awaited."""
         moved: MeshNode | None = await self._awaited(
-            "move", (source, target), self._write_decision, source, target
+            "move", (source, target), self._write_decision, source, target, *basis
         )
         return moved
 
@@ -394,23 +388,26 @@ class FaultInjectingStore:
             lambda: self.inner.write_many(batch, window),
         )
 
-    def update(self, node: MeshNode) -> Observable[MeshNode | None]:
-        """The inner update, unless writes are refused."""
+    def update(self, node: MeshNode, *basis: Any) -> Observable[MeshNode | None]:
+        """The inner update, unless writes are refused (``basis`` forwarded unchanged)."""
         return self._guarded(
-            "update", node.path, self._write_decision, lambda: self.inner.update(node)
+            "update", node.path, self._write_decision, lambda: self.inner.update(node, *basis)
         )
 
-    def delete(self, path: str) -> Observable[bool]:
+    def delete(self, path: str, *basis: Any) -> Observable[bool]:
         """The inner delete, unless writes are refused."""
-        return self._guarded("delete", path, self._write_decision, lambda: self.inner.delete(path))
+        inner = self.inner
+        return self._guarded(
+            "delete", path, self._write_decision, lambda: inner.delete(path, *basis)
+        )
 
-    def move(self, source: str, target: str) -> Observable[MeshNode | None]:
+    def move(self, source: str, target: str, *basis: Any) -> Observable[MeshNode | None]:
         """The inner move, unless writes are refused."""
         return self._guarded(
             "move",
             (source, target),
             self._write_decision,
-            lambda: self.inner.move(source, target),
+            lambda: self.inner.move(source, target, *basis),
         )
 
     # -- feeds --------------------------------------------------------------------------------

@@ -1,0 +1,83 @@
+"""The embedded store's live queries: an Initial frame, then a Delta per matching commit.
+
+Private to :mod:`rxmesh.providers.memory` (kept apart so each module stays small): the store
+hands its commit subject, a snapshot function and a counter hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
+from reactivex.subject import Subject
+
+from rxmesh.model import MeshNode, NodeChange, NodeQuery, QueryFrame
+
+__all__ = ["live_query"]
+
+
+def live_query(
+    query: NodeQuery,
+    *,
+    commits: Subject[tuple[NodeChange, ...]],
+    snapshot: Callable[[NodeQuery], list[MeshNode]],
+    opened: Callable[[int], None],
+    provider: str,
+) -> Observable[QueryFrame]:
+    """See :meth:`rxmesh.providers.InMemoryStore.query`."""
+
+    def subscribe(
+        observer: abc.ObserverBase[QueryFrame], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        view: dict[str, MeshNode] = {}
+        backlog: list[tuple[NodeChange, ...]] | None = []
+
+        def apply(batch: tuple[NodeChange, ...]) -> None:
+            upserts: dict[str, MeshNode] = {}
+            removed: list[str] = []
+            for change in batch:
+                node = change.node
+                if change.op == "upsert" and node is not None and query.matches(node):
+                    view[node.path] = node
+                    upserts[node.path] = node
+                    if node.path in removed:
+                        removed.remove(node.path)
+                elif change.path in view:
+                    del view[change.path]
+                    upserts.pop(change.path, None)
+                    removed.append(change.path)
+            if upserts or removed:
+                observer.on_next(
+                    QueryFrame.delta(list(upserts.values()), removed, provider=provider)
+                )
+
+        def on_commit(batch: tuple[NodeChange, ...]) -> None:
+            if backlog is not None:
+                backlog.append(batch)
+            else:
+                apply(batch)
+
+        # Listen first, then snapshot: a commit during the Initial is applied after it.
+        subscription = commits.subscribe(on_commit)
+        try:
+            rows = snapshot(query)
+        except Exception as exc:  # noqa: BLE001 - forwarded to the observer unchanged
+            subscription.dispose()
+            observer.on_error(exc)
+            return Disposable()
+        opened(1)
+        view.update((node.path, node) for node in rows)
+        observer.on_next(QueryFrame.initial(rows, provider=provider))
+        pending: list[tuple[NodeChange, ...]] = backlog or []
+        backlog = None
+        for batch in pending:
+            apply(batch)
+
+        def dispose() -> None:
+            subscription.dispose()
+            opened(-1)
+
+        return Disposable(dispose)
+
+    return Observable(subscribe)

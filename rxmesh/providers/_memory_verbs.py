@@ -1,0 +1,277 @@
+"""The embedded store's update, delete and move, each a compare-and-set when given a basis.
+
+Private to :mod:`rxmesh.providers.memory` (a mixin of :class:`~rxmesh.providers.InMemoryStore`,
+kept apart so each module stays small). A basis is the version the request was based on and,
+optionally, the request id of the write that produced it; a row that is not that row any more
+raises :class:`~rxmesh.exceptions.StoreVersionConflictError` and nothing changes. The request id
+given to an update or move becomes the row's, so its re-issue recognises its own landed write.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, TypeVar
+
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
+
+from rxmesh.exceptions import StoreConflictError, StoreVersionConflictError
+from rxmesh.model import MeshNode, NodeChange, partition_of
+
+__all__ = ["MemoryVerbs", "WriteAttempt", "cold", "version_conflict"]
+
+_T = TypeVar("_T")
+
+
+class WriteAttempt(NamedTuple):
+    """One write-type operation attempted on the store: ``(op, path)``.
+
+    ``op`` is ``"write"``, ``"write_many"`` (one entry per node), ``"update"``, ``"delete"`` or
+    ``"move"`` (two entries: the source path, then the target path).
+    """
+
+    op: str
+    path: str
+
+
+def cold(work: Callable[[], _T]) -> Observable[_T]:
+    """A cold observable that runs ``work()`` anew for each subscription and emits its result.
+
+    An exception raised by ``work`` is delivered as ``on_error`` (unchanged), never swallowed.
+    """
+
+    def subscribe(
+        observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        try:
+            value = work()
+        except Exception as exc:  # noqa: BLE001 - forwarded to the observer unchanged
+            observer.on_error(exc)
+            return Disposable()
+        observer.on_next(value)
+        observer.on_completed()
+        return Disposable()
+
+    return Observable(subscribe)
+
+
+def version_conflict(
+    store: str, path: str, expected_version: int, existing: MeshNode | None
+) -> StoreVersionConflictError:
+    """The compare-and-set refusal for ``path`` (``existing``: the row as it is, if any)."""
+    now = (
+        "gone"
+        if existing is None
+        else (f"at version {existing.version} (request {existing.request_id!r})")
+    )
+    return StoreVersionConflictError(
+        f"compare-and-set refused at '{path}' in store '{store}': the request was based on "
+        f"version {expected_version}, the row is {now}; another write came first",
+        path=path,
+        expected_version=expected_version,
+        actual_version=None if existing is None else existing.version,
+        actual_request_id=None if existing is None else existing.request_id,
+        store=store,
+    )
+
+
+class MemoryVerbs:
+    """Update, delete and move of :class:`~rxmesh.providers.InMemoryStore`."""
+
+    _lock: threading.RLock
+    _name: str
+    _partitions: dict[str, dict[str, MeshNode]]
+    _conflicts: int
+    write_log: list[WriteAttempt]
+
+    def _get(self, path: str) -> MeshNode | None:
+        raise NotImplementedError
+
+    def _upsert(self, node: MeshNode) -> NodeChange:
+        raise NotImplementedError
+
+    def _publish(self, changes: Sequence[NodeChange]) -> None:
+        raise NotImplementedError
+
+    def _conflict(self, path: str, existing: MeshNode, what: str) -> StoreConflictError:
+        raise NotImplementedError
+
+    def _check_basis(
+        self,
+        path: str,
+        existing: MeshNode,
+        expected_version: int | None,
+        expected_request_id: str | None,
+    ) -> None:
+        """Compare-and-set: refuse (changing nothing) unless ``existing`` is the expected row."""
+        if expected_version is None:
+            return
+        if existing.version == expected_version and (
+            expected_request_id is None or existing.request_id == expected_request_id
+        ):
+            return
+        self._conflicts += 1
+        raise version_conflict(self._name, path, expected_version, existing)
+
+    def update(
+        self,
+        node: MeshNode,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+        request_id: str | None = None,
+    ) -> Observable[MeshNode | None]:
+        """Replace the type and content of the node at ``node.path`` (version + 1).
+
+        Keeps the stored ``created_by`` and ``created_at``; ``request_id`` (when given) becomes
+        the row's: the id of its last write. A row that already carries ``request_id`` is this
+        request's own landed update and is returned unchanged. With ``expected_version`` the update
+        is a compare-and-set: a row at another version (or, with ``expected_request_id``, written
+        by another request) raises :class:`StoreVersionConflictError`. ``None`` if absent.
+        """
+        return cold(
+            lambda: self._update_now(node, expected_version, expected_request_id, request_id)
+        )
+
+    async def aupdate(
+        self,
+        node: MeshNode,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+        request_id: str | None = None,
+    ) -> MeshNode | None:
+        """:meth:`update`, awaited."""
+        return self._update_now(node, expected_version, expected_request_id, request_id)
+
+    def _update_now(
+        self,
+        node: MeshNode,
+        expected_version: int | None,
+        expected_request_id: str | None,
+        request_id: str | None,
+    ) -> MeshNode | None:
+        with self._lock:
+            self.write_log.append(WriteAttempt("update", node.path))
+            existing = self._get(node.path)
+            if existing is None:
+                return None
+            if request_id is not None and existing.request_id == request_id:
+                return existing  # this request's update did land: not a new commit
+            self._check_basis(node.path, existing, expected_version, expected_request_id)
+            changed: dict[str, object] = {
+                "node_type": node.node_type,
+                "content": node.content,
+                "version": existing.version + 1,
+            }
+            if request_id is not None:
+                changed["request_id"] = request_id
+            stored = existing.model_copy(update=changed)
+            change = self._upsert(stored)
+        self._publish([change])
+        return stored
+
+    def delete(
+        self,
+        path: str,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+    ) -> Observable[bool]:
+        """Delete the node at ``path`` (not its children); ``False`` if it was absent.
+
+        With ``expected_version``: a compare-and-set, as for :meth:`update`.
+        """
+        return cold(lambda: self._delete_now(path, expected_version, expected_request_id))
+
+    async def adelete(
+        self,
+        path: str,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+    ) -> bool:
+        """:meth:`delete`, awaited."""
+        return self._delete_now(path, expected_version, expected_request_id)
+
+    def _delete_now(
+        self, path: str, expected_version: int | None, expected_request_id: str | None
+    ) -> bool:
+        with self._lock:
+            self.write_log.append(WriteAttempt("delete", path))
+            table = self._partitions.get(partition_of(path))
+            existing = None if table is None else table.get(path)
+            if existing is None or table is None:
+                return False
+            self._check_basis(path, existing, expected_version, expected_request_id)
+            del table[path]
+        self._publish(
+            [
+                NodeChange.model_construct(
+                    source=self._name, op="delete", path=path, version=existing.version
+                )
+            ]
+        )
+        return True
+
+    def move(
+        self,
+        source: str,
+        target: str,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+        request_id: str | None = None,
+    ) -> Observable[MeshNode | None]:
+        """Move the node at ``source`` to the free path ``target`` (version + 1), atomically.
+
+        ``None`` if ``source`` is absent; a taken ``target`` errors with
+        :class:`StoreConflictError` and changes nothing. Children do not move. ``request_id``
+        (when given) becomes the moved row's; a ``target`` that already carries it, with
+        ``source`` gone, is this request's own landed move and is returned. With
+        ``expected_version`` the source is compared-and-set, as for :meth:`update`.
+        """
+        return cold(
+            lambda: self._move_now(
+                source, target, expected_version, expected_request_id, request_id
+            )
+        )
+
+    async def amove(
+        self,
+        source: str,
+        target: str,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+        request_id: str | None = None,
+    ) -> MeshNode | None:
+        """:meth:`move`, awaited."""
+        return self._move_now(source, target, expected_version, expected_request_id, request_id)
+
+    def _move_now(
+        self,
+        source: str,
+        target: str,
+        expected_version: int | None,
+        expected_request_id: str | None,
+        request_id: str | None,
+    ) -> MeshNode | None:
+        with self._lock:
+            self.write_log.append(WriteAttempt("move", source))
+            self.write_log.append(WriteAttempt("move", target))
+            existing = self._get(source)
+            taken = self._get(target)
+            if existing is None:
+                if taken is not None and request_id is not None and taken.request_id == request_id:
+                    return taken  # this request's move did land
+                return None
+            self._check_basis(source, existing, expected_version, expected_request_id)
+            if taken is not None:
+                raise self._conflict(target, taken, f"move of '{source}' refused")
+            del self._partitions[partition_of(source)][source]
+            changed: dict[str, object] = {"path": target, "version": existing.version + 1}
+            if request_id is not None:
+                changed["request_id"] = request_id
+            moved = existing.model_copy(update=changed)
+            removal = NodeChange.model_construct(
+                source=self._name, op="delete", path=source, version=existing.version
+            )
+            change = self._upsert(moved)
+        self._publish([removal, change])
+        return moved
