@@ -21,12 +21,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from rxmesh._model_rules import PLAIN_PATH
 from rxmesh.model import (
     MAX_CONTENT_BYTES,
-    MAX_PARTITION_LENGTH,
-    MAX_PATH_DEPTH,
     MAX_PATH_LENGTH,
-    MAX_SEGMENT_LENGTH,
     NODE_TYPE_PATTERN,
     MeshNode,
     validate_content,
@@ -49,14 +47,7 @@ _GIVEN = frozenset({"path", "node_type", "content"})
 """The fields an entry gives (what ``MeshNode(path=..., node_type=..., content=...)`` sets)."""
 _SUFFIXES = frozenset({".json", ".jsonl"})
 
-_PLAIN_PATH = re.compile(
-    f"[A-Za-z0-9-][A-Za-z0-9._-]{{0,{min(MAX_PARTITION_LENGTH, MAX_SEGMENT_LENGTH) - 1}}}"
-    f"(?:/[A-Za-z0-9-][A-Za-z0-9._-]{{0,{MAX_SEGMENT_LENGTH - 1}}}){{0,{MAX_PATH_DEPTH - 1}}}"
-)
-"""Paths that certainly obey the path rule with no reserved segment (no segment starts with
-``_`` or ``.``, none is too long, not too many): one regex match instead of the rule's loop.
-Any other path is judged by :func:`~rxmesh.model.validate_path` itself, which names the problem
-(or accepts it: this is a shortcut, never a second rule)."""
+_PLAIN_PATH = PLAIN_PATH
 _NODE_TYPE = re.compile(NODE_TYPE_PATTERN)
 _JSON_SPACE = " \t\n\r"
 _raw_decode = json.JSONDecoder().raw_decode

@@ -154,8 +154,10 @@ class CreateNodeResponse(NodeResponse):
 
     @classmethod
     def created(cls, request_id: str, node: MeshNode) -> CreateNodeResponse:
-        """A success answer carrying the stored node."""
-        return cls(request_id=request_id, success=True, node=node)
+        """A success answer carrying the stored node (a :class:`MeshNode` already)."""
+        if not isinstance(node, MeshNode):
+            raise TypeError(f"node must be a MeshNode, got {type(node).__name__}")
+        return cls.model_construct(request_id=request_id, success=True, node=node)
 
 
 class CreateNodesRequest(BaseModel):

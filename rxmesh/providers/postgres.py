@@ -1231,11 +1231,15 @@ class PostgresStore:
         partition = node.partition
         table = self._table(partition)
 
+        # The row as written is the node as sent (the INSERT stores exactly these values), so
+        # only the path comes back: no row is decoded and re-validated on the hot path.
+        written = node if node.version >= 1 else node.model_copy(update={"version": 1})
+
         async def insert(conn: _Connection) -> asyncpg.Record | None:
             return await conn.fetchrow(
                 f"INSERT INTO {table} (path, node_type, content, created_by, created_at, version,"
                 " request_id) VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7)"
-                f" ON CONFLICT (path) DO NOTHING RETURNING {_COLUMNS}",
+                " ON CONFLICT (path) DO NOTHING RETURNING path",
                 node.path,
                 node.node_type,
                 _content_text(node),
@@ -1248,14 +1252,14 @@ class PostgresStore:
         async def work(conn: _Connection) -> MeshNode:
             row = await self._with_schema(conn, partition, lambda: insert(conn))
             if row is not None:
-                return _node_from_row(row)
+                return written
             existing = await conn.fetchrow(
                 f"SELECT {_COLUMNS} FROM {table} WHERE path = $1", node.path
             )
             if existing is None:  # deleted between the two statements: try once more
                 row = await insert(conn)
                 if row is not None:
-                    return _node_from_row(row)
+                    return written
                 existing = await conn.fetchrow(
                     f"SELECT {_COLUMNS} FROM {table} WHERE path = $1", node.path
                 )
