@@ -1,7 +1,8 @@
-"""Pending writes: creates the store could not be reached for, re-issued once when it answers.
+"""Pending writes: writes the store could not be reached for, re-issued once when it answers.
 
-The create's unreachable arm answers UNAVAILABLE and records a :class:`PendingWrite` in the
-mesh's :class:`PendingWriteLedger` (durably, in a private journal directory, when one is set:
+Every verb's unreachable arm (create, the bulk create, update, delete, move) answers UNAVAILABLE
+and records a :class:`PendingWrite` in the mesh's :class:`PendingWriteLedger` (durably, in a
+private journal directory, when one is set:
 ``await ledger.record_durably(intent)`` group-commits on the journal's writer thread, the
 synchronous ``ledger.record(intent)`` writes the intent's own file on the caller's thread).
 :class:`PendingWriteRecovery` re-issues every pending intent when the store shows it answers

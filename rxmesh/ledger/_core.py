@@ -83,9 +83,7 @@ class LedgerCore:
             "quarantined": 0,
             "superseded": 0,
             "held": 0,
-            Verdict.LANDED: 0,
-            Verdict.ALREADY_PRESENT: 0,
-            Verdict.DROPPED: 0,
+            **dict.fromkeys(Verdict, 0),
         }
         self._journal: Journal | None = None
         self._log: Log | None = None
@@ -101,21 +99,21 @@ class LedgerCore:
         Raises:
             PendingWriteHeldError: another requester's intent for the path is outstanding.
         """
-        if (intent.path, intent.request_id) in self._in_flight:
-            logger.bind(path=intent.path, request_id=intent.request_id).debug(
-                "pending write for {} is being re-issued; not recorded again", intent.path
+        if (intent.key, intent.request_id) in self._in_flight:
+            logger.bind(path=intent.key, request_id=intent.request_id).debug(
+                "pending write for {} is being re-issued; not recorded again", intent.key
             )
             return _NOTHING
-        if self._pending.get(intent.path) == intent:
+        if self._pending.get(intent.key) == intent:
             return _NOTHING
-        holder = self._newest.get(intent.path)
+        holder = self._newest.get(intent.key)
         if holder is not None and holder.requester != intent.requester:
             self._counts["held"] += 1
             raise PendingWriteHeldError(
-                f"a pending write for {intent.path!r} by another requester (request "
+                f"a pending write for {intent.key!r} by another requester (request "
                 f"{holder.request_id}) is outstanding; the intent of request "
                 f"{intent.request_id} is not recorded",
-                path=intent.path,
+                path=intent.key,
                 holder_request_id=holder.request_id,
             )
         return holder
@@ -128,7 +126,7 @@ class LedgerCore:
         line: bytes | None,
         index: int,
     ) -> _Reservation:
-        path = intent.path
+        path = intent.key
         reservation = _Reservation(
             "put" if fmt == "log" else "file",
             path,
@@ -146,9 +144,9 @@ class LedgerCore:
         return reservation
 
     def _outstanding_now(self, intent: PendingWrite) -> bool:
-        if (intent.path, intent.request_id) in self._in_flight:
+        if (intent.key, intent.request_id) in self._in_flight:
             return True
-        pending = self._pending.get(intent.path)
+        pending = self._pending.get(intent.key)
         return pending is not None and pending.request_id == intent.request_id
 
     def _submit(
@@ -207,7 +205,7 @@ class LedgerCore:
                 if holder is _NOTHING:
                     continue
                 assert holder is None or isinstance(holder, PendingWrite)
-                fmt = self._format.get(intent.path, fmt_for_new) if holder else fmt_for_new
+                fmt = self._format.get(intent.key, fmt_for_new) if holder else fmt_for_new
                 line = self._encode(intent) if encode and fmt == "log" else None
             except (PendingWriteHeldError, JournalError) as exc:
                 if not context.bulk:
@@ -306,7 +304,7 @@ class LedgerCore:
             return encode_put(intent)
         except ValueError as exc:  # UnicodeEncodeError: a lone surrogate cannot be UTF-8
             raise JournalError(
-                f"could not encode the pending write for {intent.path!r} for the journal: {exc}",
+                f"could not encode the pending write for {intent.key!r} for the journal: {exc}",
                 path=str(self._journal.directory),
             ) from exc
 
@@ -346,10 +344,10 @@ class LedgerCore:
     def _apply(self, reservation: _Reservation, outcomes: list[PendingWriteOutcome]) -> bool:
         intent = reservation.record
         self._unreserve(reservation)
-        previous = self._pending.get(intent.path)
+        previous = self._pending.get(intent.key)
         if previous == intent:
             return False  # a concurrent record of the very same intent got there first
-        self._pending[intent.path] = intent
+        self._pending[intent.key] = intent
         count_recorded(self._counts, intent)
         if reservation.prior is not None:
             self._counts["replaced"] += 1
@@ -358,7 +356,7 @@ class LedgerCore:
         return True
 
     def _roll_back(self, reservation: _Reservation, removals: list[tuple[str, Format]]) -> None:
-        path = reservation.record.path
+        path = reservation.record.key
         chain = self._reserving[path]
         position = chain.index(reservation)
         later = chain[position + 1] if position + 1 < len(chain) else None
@@ -377,10 +375,10 @@ class LedgerCore:
             removals.append((path, reservation.prior_fmt or reservation.fmt))
 
     def _unreserve(self, reservation: _Reservation) -> None:
-        chain = self._reserving[reservation.record.path]
+        chain = self._reserving[reservation.record.key]
         chain.remove(reservation)
         if not chain:
-            del self._reserving[reservation.record.path]
+            del self._reserving[reservation.record.key]
 
     def _remove_copy(self, path: str, fmt: Format) -> None:
         """On the writer thread: remove the durable copy of a settled intent."""

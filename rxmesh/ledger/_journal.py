@@ -44,7 +44,7 @@ from pydantic import ValidationError
 
 from rxmesh.exceptions import JournalError
 from rxmesh.ledger._directory import kind_of, open_private_directory
-from rxmesh.ledger._models import PendingWrite
+from rxmesh.ledger._models import CREATE_ORIGINS, VERB_FIELDS, PendingWrite
 
 __all__ = [
     "JOURNAL_FORMAT",
@@ -73,13 +73,15 @@ class CorruptFile(Exception):
 
 
 def journal_file_name(path: str) -> str:
-    """The journal file name of the intent for node ``path``: its sha256 in hex plus ``.json``."""
+    """The journal file name of the intent with key ``path`` (a create's: its node's path; see
+    :attr:`PendingWrite.key`): its sha256 in hex plus ``.json``."""
     return hashlib.sha256(path.encode("utf-8")).hexdigest() + ".json"
 
 
 def canonical_intent(intent: PendingWrite) -> str:
     """The canonical JSON of ``intent`` (sorted keys, no spaces): what its checksum covers."""
-    return _canonical_json(intent.model_dump(mode="json"))
+    exclude = set(VERB_FIELDS) if intent.origin in CREATE_ORIGINS else None
+    return _canonical_json(intent.model_dump(mode="json", exclude=exclude))
 
 
 def _canonical_json(body: object) -> str:
@@ -118,8 +120,8 @@ def _decode(name: str, data: bytes) -> PendingWrite:
         intent = PendingWrite.model_validate(body)
     except ValidationError as exc:
         raise CorruptFile(f"the intent is invalid: {exc}") from exc
-    if journal_file_name(intent.path) != name:
-        raise CorruptFile(f"the name does not match the intent's path {intent.path!r}")
+    if journal_file_name(intent.key) != name:
+        raise CorruptFile(f"the name does not match the intent's key {intent.key!r}")
     return intent
 
 
@@ -198,7 +200,7 @@ class Journal:
                 NOT recorded.
         """
         directory = self._dir_fd()
-        name = journal_file_name(intent.path)
+        name = journal_file_name(intent.key)
         final = self._directory / name
         temp = f".{name}.{os.getpid()}.{next(self._counter)}.tmp"
         try:

@@ -85,23 +85,23 @@ class PendingWriteLedger(LedgerCore):
         files, quarantined = journal.load()
         log = self._log = Log(journal)
         logged, log_quarantined = log.load()
-        loaded: dict[str, tuple[PendingWrite, Format]] = {i.path: (i, "file") for i in files}
+        loaded: dict[str, tuple[PendingWrite, Format]] = {i.key: (i, "file") for i in files}
         dropped: set[str] = set()
         for intent in logged:
-            other = loaded.get(intent.path)
+            other = loaded.get(intent.key)
             # Both formats hold the path only after a crash mid-way; the newer intent wins.
             if other is not None and other[0].recorded_at >= intent.recorded_at:
-                dropped.add(intent.path)
+                dropped.add(intent.key)
                 continue
             if other is not None:
-                journal.remove(intent.path)
-            loaded[intent.path] = (intent, "log")
+                journal.remove(intent.key)
+            loaded[intent.key] = (intent, "log")
         if log.has_segments or dropped:
             log.rewrite(dropped)  # one fresh snapshot segment; the old ones are deleted
         for intent, fmt in sorted(loaded.values(), key=lambda entry: entry[0].recorded_at):
-            self._pending[intent.path] = intent
-            self._newest[intent.path] = intent
-            self._format[intent.path] = fmt
+            self._pending[intent.key] = intent
+            self._newest[intent.key] = intent
+            self._format[intent.key] = fmt
         self._counts["loaded"] = len(loaded)
         self._counts["quarantined"] = quarantined + log_quarantined
         self._writer = Writer(journal, log, self._complete)
@@ -191,15 +191,15 @@ class PendingWriteLedger(LedgerCore):
             if holder is _NOTHING:
                 return False
             assert holder is None or isinstance(holder, PendingWrite)
-            fmt = self._format.get(intent.path, "file") if holder is not None else "file"
-            direct = self._journal is None or (fmt == "file" and intent.path not in self._reserving)
+            fmt = self._format.get(intent.key, "file") if holder is not None else "file"
+            direct = self._journal is None or (fmt == "file" and intent.key not in self._reserving)
             if direct:
                 if self._journal is not None:
                     self._journal.write(intent)
-                    self._format[intent.path] = "file"
-                previous = self._pending.get(intent.path)
-                self._pending[intent.path] = intent
-                self._newest[intent.path] = intent
+                    self._format[intent.key] = "file"
+                previous = self._pending.get(intent.key)
+                self._pending[intent.key] = intent
+                self._newest[intent.key] = intent
                 count_recorded(self._counts, intent)
                 if holder is not None:
                     self._counts["replaced"] += 1
@@ -300,7 +300,7 @@ class PendingWriteLedger(LedgerCore):
             intents = sorted(self._pending.values(), key=lambda intent: intent.recorded_at)
             self._pending.clear()
             for intent in intents:
-                self._in_flight[(intent.path, intent.request_id)] = intent
+                self._in_flight[(intent.key, intent.request_id)] = intent
             self._counts["taken"] += len(intents)
         return intents
 
@@ -314,14 +314,14 @@ class PendingWriteLedger(LedgerCore):
         """
         superseded: PendingWriteOutcome | None = None
         with self._lock:
-            if self._in_flight.pop((intent.path, intent.request_id), None) is None:
+            if self._in_flight.pop((intent.key, intent.request_id), None) is None:
                 return False
-            newest = self._newest.get(intent.path)
-            reserved = intent.path in self._reserving  # a record not yet durable: not newer yet
+            newest = self._newest.get(intent.key)
+            reserved = intent.key in self._reserving  # a record not yet durable: not newer yet
             if newest is None or newest.request_id == intent.request_id or reserved:
-                self._pending[intent.path] = intent
+                self._pending[intent.key] = intent
                 if not reserved:
-                    self._newest[intent.path] = intent
+                    self._newest[intent.key] = intent
                 return True
             superseded = self._supersede(intent, newest, "while its re-issue was abandoned")
         self._publish(superseded)
@@ -356,52 +356,53 @@ class PendingWriteLedger(LedgerCore):
     def _settle(self, intent: PendingWrite, outcome: PendingWriteOutcome, *, strict: bool) -> bool:
         if outcome.intent != intent:
             raise ValueError("the outcome is not about the intent being settled")
-        key = (intent.path, intent.request_id)
+        key = (intent.key, intent.request_id)
         failure: JournalError | None = None
         with self._lock:
             if self._in_flight.pop(key, None) is None:
-                pending = self._pending.get(intent.path)
+                pending = self._pending.get(intent.key)
                 if pending is None or pending.request_id != intent.request_id:
                     if not strict:
                         return False
                     raise ValueError(
-                        f"pending write for {intent.path!r} (request {intent.request_id}) is not "
+                        f"pending write for {intent.key!r} (request {intent.request_id}) is not "
                         "outstanding; it was settled already or never recorded"
                     )
-                del self._pending[intent.path]
-            newest = self._newest.get(intent.path)
+                del self._pending[intent.key]
+            newest = self._newest.get(intent.key)
             owns_file = (
                 newest is not None
                 and newest.request_id == intent.request_id
-                and intent.path not in self._reserving  # else that record's step decides
+                and intent.key not in self._reserving  # else that record's step decides
             )
             if owns_file:
-                del self._newest[intent.path]
-                fmt = self._format.pop(intent.path, "file")
+                del self._newest[intent.key]
+                fmt = self._format.pop(intent.key, "file")
                 if self._journal is not None and fmt == "file":
                     # Under the lock: a record for this path must not land between the check
                     # and the unlink (its new file would be deleted).
                     try:
-                        self._journal.remove(intent.path)
+                        self._journal.remove(intent.key)
                     except JournalError as exc:
                         failure = exc
                 elif self._journal is not None:
-                    self._remove_logged(intent.path)
+                    self._remove_logged(intent.key)
             self._counts[outcome.verdict] += 1
         self._publish(outcome)  # outside the lock: subscribers may call back into the ledger
         if failure is not None:
-            logger.bind(path=intent.path).opt(exception=failure).error(
+            logger.bind(path=intent.key).opt(exception=failure).error(
                 "pending write for {} settled {} but its journal file could not be deleted; "
                 "the next process will re-issue it again",
-                intent.path,
+                intent.key,
                 outcome.verdict.value,
             )
             raise failure
         return True
 
     def outstanding(self, path: str, request_id: str) -> PendingWrite | None:
-        """The intent of request ``request_id`` for node ``path`` if it is outstanding (pending,
-        or taken for re-issue and not settled), else ``None``."""
+        """The intent of request ``request_id`` with key ``path`` (a create's: its node's path;
+        another verb's: ``"<path> <verb>"``, :attr:`PendingWrite.key`) if it is outstanding
+        (pending, or taken for re-issue and not settled), else ``None``."""
         with self._lock:
             taken = self._in_flight.get((path, request_id))
             if taken is not None:
@@ -434,6 +435,8 @@ class PendingWriteLedger(LedgerCore):
                 landed=counts[Verdict.LANDED],
                 already_present=counts[Verdict.ALREADY_PRESENT],
                 dropped=counts[Verdict.DROPPED],
+                already_absent=counts[Verdict.ALREADY_ABSENT],
+                conflicts=counts[Verdict.CONFLICT],
                 quarantined=counts["quarantined"],
                 superseded=counts["superseded"],
                 held=counts["held"],

@@ -3,8 +3,12 @@
 A segment is ``segment-<12-digit number>.log`` (mode 0600) in the journal directory. Its first
 line names the format (``{"format":"rxmesh.pending-write-log/2"}``); every other line is one
 entry, ``<sha256 of the body> <body>``, the body a JSON object: ``{"op":"put","intent":{...}}``
-(the intent for its path, replacing any earlier one) or ``{"op":"del","path":...}`` (the path
-has no intent any more). Replaying the segments in number order gives the intents.
+(the intent for its key, replacing any earlier one) or ``{"op":"del","path":...}`` (that key has
+no intent any more). A create's key is its path; an update's, delete's or move's intent (which
+carries ``origin``, ``expected_version``, ``expected_request_id`` and ``target``) is keyed
+``"<path> <verb>"``. Entries written before those verbs were recorded have none of these fields
+and load as creates, unchanged; a create's entry is still written without them. Replaying the
+segments in number order gives the intents.
 
 Many entries are appended with one ``write`` and made durable with ONE ``fdatasync``: that is
 the group commit. A segment is only ever created complete (temp file, ``fdatasync``, rename,
@@ -34,7 +38,7 @@ from loguru import logger
 from pydantic import ValidationError
 
 from rxmesh.ledger._journal import CorruptFile, Journal, digest
-from rxmesh.ledger._models import PendingWrite
+from rxmesh.ledger._models import CREATE_ORIGINS, VERB_FIELDS, PendingWrite
 
 __all__ = ["COMPACT_AT_BYTES", "LOG_FORMAT", "Log", "encode_del", "encode_put", "segment_name"]
 
@@ -66,12 +70,14 @@ def encode_put(intent: PendingWrite) -> bytes:
     Raises:
         ValueError: a value of the intent is not valid Unicode (a lone surrogate).
     """
-    body = f'{{"op":"put","intent":{intent.model_dump_json()}}}'
+    exclude = set(VERB_FIELDS) if intent.origin in CREATE_ORIGINS else None
+    body = f'{{"op":"put","intent":{intent.model_dump_json(exclude=exclude)}}}'
     return f"{digest(body)} {body}\n".encode()
 
 
 def encode_del(path: str) -> bytes:
-    """The log entry saying node ``path`` has no intent any more (newline included).
+    """The log entry saying the intent with key ``path`` is settled (newline included): a
+    create's key is its node's path; an update's, delete's or move's ``"<path> <verb>"``.
 
     Raises:
         UnicodeEncodeError: ``path`` is not valid Unicode.
@@ -210,7 +216,7 @@ class Log:
             if isinstance(entry, str):
                 live.pop(entry, None)
             else:
-                live[entry.path] = (entry, line + b"\n")
+                live[entry.key] = (entry, line + b"\n")
         if bad:
             self._set_aside(f"{name}.lines.corrupt", b"".join(bad))
         return len(bad)

@@ -6,12 +6,26 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rxmesh.model import AccessContext, MeshNode
+from rxmesh.model import AccessContext, MeshNode, NodePath
 from rxmesh.operations import RejectionReason, Verdict
 
-__all__ = ["LedgerStatistics", "PendingWrite", "PendingWriteOutcome"]
+__all__ = [
+    "CREATE_ORIGINS",
+    "VERB_FIELDS",
+    "LedgerStatistics",
+    "Origin",
+    "PendingWrite",
+    "PendingWriteOutcome",
+]
+
+Origin = Literal["create", "create_nodes", "update", "delete", "move"]
+"""The verb whose UNAVAILABLE answer recorded an intent (``create_nodes``: the bulk create)."""
+
+CREATE_ORIGINS = frozenset({"create", "create_nodes"})
+VERB_FIELDS = frozenset({"expected_version", "expected_request_id", "target"})
+"""The fields only an update's, delete's or move's intent sets; a create's is encoded without."""
 
 
 def _now() -> datetime:
@@ -19,17 +33,26 @@ def _now() -> datetime:
 
 
 class PendingWrite(BaseModel):
-    """An intent: a create the store could not be reached for, to be re-issued once (SPEC §5).
+    """An intent: a write the store could not be reached for, to be re-issued once (SPEC §5).
 
     Args:
-        node: the node exactly as requested (same path, which is its id).
+        node: the node exactly as requested (same path, which is its id). For a delete and a
+            move, only its path matters (the node to delete; a move's source).
         requester: the resolved user id the create was made for (named in logs, "the writer").
         access: the :class:`AccessContext` the request was delivered with; the re-issue carries it,
             so it is authorised exactly as the first attempt was.
         request_id: the request's id; the re-issue keeps it, so a create that did land is
             recognised as LANDED.
         recorded_at: when the intent was recorded (UTC).
-        origin: which verb recorded it (``"create"`` now; ``"create_nodes"`` for the bulk arm).
+        origin: which verb recorded it (``"create"``, ``"create_nodes"`` for the bulk arm,
+            ``"update"``, ``"delete"``, ``"move"``).
+        expected_version: an update's, delete's or move's basis: the version of the node (a
+            move's source) the request was based on. Its re-issue is a compare-and-set on it.
+        expected_request_id: with it, the request id of the write that produced that version.
+        target: a move's target path.
+
+    An intent of format 1 or of an older log carries no verb fields: it is a create (the fields
+    default to a create's). A create's intent is encoded without them, byte for byte as before.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -39,12 +62,36 @@ class PendingWrite(BaseModel):
     access: AccessContext | None = None
     request_id: str = Field(min_length=1, max_length=128)
     recorded_at: datetime = Field(default_factory=_now)
-    origin: Literal["create", "create_nodes"] = "create"
+    origin: Origin = "create"
+    expected_version: int | None = Field(default=None, ge=1)
+    expected_request_id: str | None = Field(default=None, min_length=1, max_length=128)
+    target: NodePath | None = None
+
+    @model_validator(mode="after")
+    def _verb_fields(self) -> PendingWrite:
+        if (self.target is None) == (self.origin == "move"):
+            raise ValueError("a move's intent names its target, and only a move's does")
+        if self.origin in CREATE_ORIGINS and (
+            self.expected_version is not None or self.expected_request_id is not None
+        ):
+            raise ValueError("a create's intent has no expected version")
+        return self
 
     @property
     def path(self) -> str:
-        """The node's path: the ledger holds one intent per path."""
+        """The node's path (a move's source)."""
         return self.node.path
+
+    @property
+    def verb(self) -> str:
+        """``"create"`` (the single or bulk create), ``"update"``, ``"delete"`` or ``"move"``."""
+        return "create" if self.origin in CREATE_ORIGINS else self.origin
+
+    @property
+    def key(self) -> str:
+        """What the ledger holds one intent per: the path for a create, else ``"<path> <verb>"``
+        (a space is never in a path, so the keys of two verbs of one path never collide)."""
+        return self.path if self.origin in CREATE_ORIGINS else f"{self.path} {self.origin}"
 
 
 class PendingWriteOutcome(BaseModel):
@@ -52,7 +99,7 @@ class PendingWriteOutcome(BaseModel):
 
     Args:
         intent: the intent that was re-issued.
-        verdict: LANDED, ALREADY_PRESENT or DROPPED.
+        verdict: LANDED, ALREADY_PRESENT, ALREADY_ABSENT, CONFLICT or DROPPED.
         reason: the rejection reason of the re-issue's answer (``None`` when it landed, and
             when the intent was superseded).
         detail: the answer's text, for logs and operators.
@@ -90,6 +137,8 @@ class LedgerStatistics:
         landed: settled LANDED.
         already_present: settled ALREADY_PRESENT.
         dropped: settled DROPPED.
+        already_absent: settled ALREADY_ABSENT (a delete that found the node gone).
+        conflicts: settled CONFLICT (another write came first; nothing was overwritten).
         quarantined: journal files, log segments or log entries moved aside as ``*.corrupt``.
         group_commits: groups the journal's writer thread made durable (at most one log
             ``fdatasync`` each, however many records shared it).
@@ -109,8 +158,12 @@ class LedgerStatistics:
     superseded: int = 0
     held: int = 0
     group_commits: int = 0
+    already_absent: int = 0
+    conflicts: int = 0
 
     @property
     def settled(self) -> int:
         """Every verdict reached, whatever it was."""
-        return self.landed + self.already_present + self.dropped
+        return (
+            self.landed + self.already_present + self.dropped + self.already_absent + self.conflicts
+        )

@@ -16,8 +16,10 @@ from rxmesh.ledger._journal import JournalError
 from rxmesh.ledger._ledger import PendingWriteLedger
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
 from rxmesh.ledger._publish import reissued
+from rxmesh.ledger._verbs import Answer, VerbMesh, confirm_path, confirmed, outcome_of
+from rxmesh.ledger._verbs import reissue as reissue_of
 from rxmesh.model import MeshNode, StoreEvidence
-from rxmesh.operations import CreateNodeRequest, CreateNodeResponse, RejectionReason, Verdict
+from rxmesh.operations import RejectionReason, Verdict
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_REISSUES",
@@ -46,34 +48,13 @@ class EvidenceSource(Protocol):
         ...
 
 
-class ReissuingMesh(Protocol):
-    """What the recovery needs of a mesh: its store's evidence and its single create."""
+class ReissuingMesh(VerbMesh, Protocol):
+    """What the recovery needs of a mesh: its store's evidence and its single verbs."""
 
     @property
     def store(self) -> EvidenceSource:
         """The mesh's store."""
         ...
-
-    def create_node(self, request: CreateNodeRequest) -> Observable[CreateNodeResponse]:
-        """Answer ``request`` with exactly one response."""
-        ...
-
-
-def outcome_of(intent: PendingWrite, response: CreateNodeResponse) -> PendingWriteOutcome:
-    """The verdict a re-issue's answer settles its intent with.
-
-    Success is LANDED (this includes a row already stored with the same request id: the first
-    attempt's commit did land). NODE_ALREADY_EXISTS is ALREADY_PRESENT. Anything else, UNAVAILABLE
-    and FORBIDDEN included, is DROPPED with its reason: a re-issue happens once.
-    """
-    if response.success:
-        return PendingWriteOutcome(intent=intent, verdict=Verdict.LANDED, detail="created")
-    reason = response.rejection_reason or RejectionReason.UNKNOWN
-    exists = reason is RejectionReason.NODE_ALREADY_EXISTS
-    verdict = Verdict.ALREADY_PRESENT if exists else Verdict.DROPPED
-    return PendingWriteOutcome(
-        intent=intent, verdict=verdict, reason=reason, detail=response.error or ""
-    )
 
 
 class _Reissue:
@@ -89,8 +70,9 @@ class PendingWriteRecovery:
     """Re-issues every pending intent when the store's ``answers_again`` evidence arrives.
 
     Each piece of evidence (a declared change-feed gap, an announced commit) takes EVERY pending
-    intent out of the ledger and re-issues it through ``mesh.create_node`` with its original
-    node, AccessContext and request id, marked ``reissued_after_unavailable``. Each settles as
+    intent out of the ledger and re-issues it through the mesh's verb that recorded it
+    (``create_node``, ``update_node``, ``delete_node``, ``move_node``) with its original node,
+    AccessContext, request id and basis, marked ``reissued_after_unavailable``. Each settles as
     exactly one verdict on ``ledger.outcomes``. No timer, no poll: while the store stays away
     nothing arrives and nothing is re-issued. Intents taken are not taken again by evidence that
     arrives while they are in flight.
@@ -227,8 +209,8 @@ class PendingWriteRecovery:
                 reissue
                 for reissue in self._active.values()
                 if not reissue.answered
-                and (reissue.intent.path, reissue.intent.request_id)
-                == (intent.path, intent.request_id)
+                and (reissue.intent.key, reissue.intent.request_id)
+                == (intent.key, intent.request_id)
             ]
         for reissue in stale:
             if self._claim(reissue):
@@ -266,7 +248,7 @@ class PendingWriteRecovery:
                         self._pumping = False
                         return
                     intent = self._queue.popleft()
-                    if self._ledger.outstanding(intent.path, intent.request_id) != intent:
+                    if self._ledger.outstanding(intent.key, intent.request_id) != intent:
                         continue  # settled while queued (the caller's own re-issue was answered)
                     reissue = _Reissue(intent)
                     self._active[id(reissue)] = reissue
@@ -279,16 +261,9 @@ class PendingWriteRecovery:
     def _start(self, reissue: _Reissue) -> None:
         intent = reissue.intent
         reissued(intent)
-        request = CreateNodeRequest(
-            node=intent.node,
-            access=intent.access,
-            request_id=intent.request_id,
-            reissued_after_unavailable=True,
-        )
-
         confirming = False
 
-        def on_next(response: CreateNodeResponse) -> None:
+        def on_next(response: Answer) -> None:
             nonlocal confirming
             if response.outcome_unknown and not response.success:
                 confirming = True  # the write may have landed: one read says which
@@ -331,7 +306,7 @@ class PendingWriteRecovery:
             )
 
         try:
-            source = self._mesh.create_node(request)
+            source = reissue_of(self._mesh, intent)
         except MeshDisposedError as error:
             self._abandon(reissue, error)
             return
@@ -345,31 +320,14 @@ class PendingWriteRecovery:
         if done:
             disposable.dispose()
 
-    def _confirm(self, reissue: _Reissue, response: CreateNodeResponse) -> None:
-        """Settle a re-issue whose write may have landed by ONE read of its path (no retry).
-
-        Its own row (same request id) -> LANDED; another request's row -> ALREADY_PRESENT; no
-        row, or a read that fails -> DROPPED with the answer's reason.
-        """
+    def _confirm(self, reissue: _Reissue, response: Answer) -> None:
+        """Settle a re-issue whose write may have landed by ONE read (no retry): of its path, or
+        a move's target (:func:`~rxmesh.ledger._verbs.confirmed` says which verdict the row
+        means); a read that fails is DROPPED with the answer's reason."""
         intent = reissue.intent
 
         def settle(row: MeshNode | None) -> None:
-            if row is not None and row.request_id == intent.request_id:
-                outcome = PendingWriteOutcome(
-                    intent=intent,
-                    verdict=Verdict.LANDED,
-                    detail="created (confirmed by a read: the re-issue's reply was lost)",
-                )
-            elif row is not None:
-                outcome = PendingWriteOutcome(
-                    intent=intent,
-                    verdict=Verdict.ALREADY_PRESENT,
-                    reason=RejectionReason.NODE_ALREADY_EXISTS,
-                    detail="another request's node is at that path",
-                )
-            else:
-                outcome = outcome_of(intent, response)
-            self._finish(reissue, outcome)
+            self._finish(reissue, confirmed(intent, response, row))
 
         def failed(error: Exception) -> None:
             self._finish(
@@ -383,7 +341,9 @@ class PendingWriteRecovery:
                 ),
             )
 
-        self._mesh.store.read(intent.path).subscribe(settle, failed, scheduler=self._scheduler)
+        self._mesh.store.read(confirm_path(intent)).subscribe(
+            settle, failed, scheduler=self._scheduler
+        )
 
     def _claim(self, reissue: _Reissue) -> bool:
         """Mark ``reissue`` answered; ``False`` if it was answered already or abandoned."""

@@ -47,6 +47,10 @@ def test_the_records_are_frozen() -> None:
 
 def test_an_unknown_origin_or_an_empty_requester_is_refused() -> None:
     with pytest.raises(pydantic.ValidationError):
-        PendingWrite.model_validate({**make_intent().model_dump(), "origin": "update"})
+        PendingWrite.model_validate({**make_intent().model_dump(), "origin": "upsert"})
+    with pytest.raises(pydantic.ValidationError):  # a move names its target
+        PendingWrite.model_validate({**make_intent().model_dump(), "origin": "move"})
+    with pytest.raises(pydantic.ValidationError):  # a create has no basis
+        PendingWrite.model_validate({**make_intent().model_dump(), "expected_version": 3})
     with pytest.raises(pydantic.ValidationError):
         PendingWrite.model_validate({**make_intent().model_dump(), "requester": ""})
