@@ -135,7 +135,10 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (add_drill, add_import, add
 """The subcommands' registration functions, in the order ``--help`` lists them."""
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser. With ``argv`` naming one command (and no ``-h`` before it), only that
+    command is registered: building another's arguments imports its module (the drill imports
+    most of rxmesh), a cost an ``rxmesh import`` of a large file should not pay at start-up."""
     parser = argparse.ArgumentParser(
         prog="rxmesh", description="rxmesh tools: diagnosis, drills, imports."
     )
@@ -143,9 +146,30 @@ def _parser() -> argparse.ArgumentParser:
         "--log-level", default="INFO", help="level of rxmesh's own log on stderr (default: INFO)"
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = _command_in(argv)
     for register in COMMANDS:
-        register(subparsers)
+        if chosen is None or register.__name__ == f"add_{chosen}":
+            register(subparsers)
     return parser
+
+
+def _command_in(argv: Sequence[str] | None) -> str | None:
+    """The command ``argv`` names, if it names one of ours before any help flag, else ``None``."""
+    names = {register.__name__.removeprefix("add_") for register in COMMANDS}
+    words = list(sys.argv[1:] if argv is None else argv)
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word in ("-h", "--help"):
+            return None
+        if word == "--log-level":
+            index += 2
+            continue
+        if word.startswith("--log-level="):
+            index += 1
+            continue
+        return word if word in names else None
+    return None
 
 
 @contextmanager
@@ -171,7 +195,7 @@ def run() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
-    args = _parser().parse_args(argv)
+    args = _parser(argv).parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
     with _logging(args.log_level):
         return run(args)
