@@ -29,10 +29,12 @@ from rxmesh.ledger._recovery import (
     ReissuingMesh,
     outcome_of,
 )
+from rxmesh.ledger._verbs import Answer
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_REISSUES",
     "JOURNAL_DIR_ENV",
+    "Answer",
     "EvidenceSource",
     "JournalError",
     "LedgerStatistics",

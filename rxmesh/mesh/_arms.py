@@ -27,6 +27,7 @@ from rxmesh.exceptions import (
     NodeExistsError,
     NodeOperationError,
     NodeValidationError,
+    NodeVersionConflictError,
     StoreUnavailableError,
 )
 from rxmesh.faults import describe_not_attempted, is_cooperative_cancellation, is_store_unreachable
@@ -72,6 +73,7 @@ _REFUSALS: tuple[tuple[type[BaseException], RejectionReason], ...] = (
     (NodeValidationError, RejectionReason.VALIDATION_FAILED),
     (NodeExistsError, RejectionReason.NODE_ALREADY_EXISTS),
     (NodeAccessDeniedError, RejectionReason.FORBIDDEN),
+    (NodeVersionConflictError, RejectionReason.VERSION_CONFLICT),
 )
 
 
@@ -153,6 +155,7 @@ _ERRORS: dict[RejectionReason, type[NodeOperationError]] = {
     RejectionReason.INVALID_NODE_TYPE: InvalidNodeTypeError,
     RejectionReason.VALIDATION_FAILED: NodeValidationError,
     RejectionReason.FORBIDDEN: NodeAccessDeniedError,
+    RejectionReason.VERSION_CONFLICT: NodeVersionConflictError,
     RejectionReason.UNKNOWN: NodeOperationError,
 }
 

@@ -116,7 +116,7 @@ class Mesh:
         pending, arm = PendingWrites(core), TerminalArm(core)
         self._create = Create(core, partitions, pending, arm)
         self._bulk = Bulk(core, partitions, pending, arm)
-        self._verbs = Verbs(core, partitions, arm)
+        self._verbs = Verbs(core, partitions, pending, arm)
         self._initial_budget = initial_budget
         self.queries: SyncedQueryCache[NodeQuery, QueryFrame] = SyncedQueryCache(
             self.query, replay=fold_query_frames, scheduler=scheduler
@@ -304,7 +304,9 @@ class Mesh:
             req = parse(model, request)
         except (ValidationError, ValueError) as exc:
             return immediate(self._refused(NodeOperationResponse, request, exc), verb)
-        return answer_once(attempt(req), verb, req.request_id)
+        return answer_once(
+            attempt(req), verb, req.request_id, reissue=req.reissued_after_unavailable
+        )
 
     def update_node(
         self, request: UpdateNodeRequest | Mapping[str, Any] | str | bytes

@@ -10,12 +10,14 @@ cannot resurrect a node the caller deleted meanwhile (issue 20).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from loguru import logger
 
 from rxmesh.ledger import (
+    Answer,
     JournalError,
     PendingWrite,
     PendingWriteHeldError,
@@ -44,6 +46,8 @@ class Recorded:
     why_not: str = ""
 
 
+_AN = {"create": "a", "update": "an", "delete": "a", "move": "a"}
+
 _OFF = Recorded(
     False,
     " It will not be re-issued by rxmesh: this mesh does not record pending writes.",
@@ -70,32 +74,34 @@ class PendingWrites:
         )
 
     def _refused(
-        self, exc: BaseException, node: MeshNode, request_id: str, *, log: bool
+        self,
+        exc: BaseException,
+        node: MeshNode,
+        request_id: str,
+        *,
+        log: bool,
+        verb: str = "create",
     ) -> Recorded:
         """Why an intent was NOT recorded, told in the answer (and logged, with ``log``)."""
+        path = node.path
         if isinstance(exc, PendingWriteHeldError):
             if log:
-                logger.bind(
-                    event="pending_write_held", path=node.path, request_id=request_id
-                ).warning(
-                    "pending write for '{}' (request {}) not recorded: {}",
-                    node.path,
-                    request_id,
-                    exc,
+                logger.bind(event="pending_write_held", path=path, request_id=request_id).warning(
+                    "pending write for '{}' (request {}) not recorded: {}", path, request_id, exc
                 )
             return Recorded(
                 False,
-                " It will not be re-issued by rxmesh: a create of this path by another "
+                f" It will not be re-issued by rxmesh: {_AN[verb]} {verb} of this path by another "
                 "requester is already pending; re-issue this request yourself once the store "
                 "answers again.",
-                "another requester's create of this path is already pending",
+                f"another requester's {verb} of this path is already pending",
             )
         if log:
-            logger.bind(
-                event="journal_failed", path=node.path, error_type=type(exc).__name__
-            ).opt(exception=exc).error(
+            logger.bind(event="journal_failed", path=path, error_type=type(exc).__name__).opt(
+                exception=exc
+            ).error(
                 "pending write for '{}' could NOT be recorded: {}: {}",
-                node.path,
+                path,
                 type(exc).__name__,
                 exc,
             )
@@ -125,11 +131,26 @@ class PendingWrites:
         if not self._core.record_pending_writes:
             return _OFF
         try:
-            await self._core.ledger.record_durably(
-                self._intent(node, access, request_id, origin)
-            )
+            await self._core.ledger.record_durably(self._intent(node, access, request_id, origin))
         except Exception as exc:  # noqa: BLE001 - logged at ERROR and told in the answer
             return self._refused(exc, node, request_id, log=True)
+        return Recorded(True, "")
+
+    async def record_intent(
+        self, build: Callable[[], PendingWrite], path: str, verb: str
+    ) -> Recorded:
+        """Record an UNAVAILABLE update, delete or move (``build()``: its intent, with its
+        basis) for one re-issue, like :meth:`record`: the answer leaves whatever recording
+        raises (building the intent included)."""
+        if not self._core.record_pending_writes:
+            return _OFF
+        request_id = ""
+        try:
+            intent = build()
+            request_id = intent.request_id
+            await self._core.ledger.record_durably(intent)
+        except Exception as exc:  # noqa: BLE001 - logged at ERROR and told in the answer
+            return self._refused(exc, MeshNode(path=path), request_id, log=True, verb=verb)
         return Recorded(True, "")
 
     def settle_by_answer(
@@ -145,9 +166,13 @@ class PendingWrites:
         kept; re-issuing it later could resurrect a node the caller deleted meanwhile (issue 20).
         The recovery's own re-issues settle themselves.
         """
-        if req.reissued_after_unavailable:
-            return
-        intent = self._core.ledger.outstanding(path, req.request_id)
+        if not req.reissued_after_unavailable:
+            self.settle_key_by_answer(path, req.request_id, response)
+
+    def settle_key_by_answer(self, key: str, request_id: str, response: Answer) -> None:
+        """:meth:`settle_by_answer` for the intent with ``key`` (:attr:`PendingWrite.key`): an
+        update's, delete's or move's own re-issue by the caller settles it the same way."""
+        intent = self._core.ledger.outstanding(key, request_id)
         if intent is None:
             return
         outcome = outcome_of(intent, response)
@@ -159,9 +184,7 @@ class PendingWrites:
         except JournalError:
             pass  # settled and published; the failed delete was logged at ERROR by the ledger
 
-    def settle_bulk_by_answer(
-        self, req: CreateNodesRequest, response: CreateNodesResponse
-    ) -> None:
+    def settle_bulk_by_answer(self, req: CreateNodesRequest, response: CreateNodesResponse) -> None:
         """:meth:`settle_by_answer` for each node of a bulk the store answered."""
         created = {node.path: node for node in response.created}
         present = set(response.already_present)

@@ -1,18 +1,36 @@
-"""Update, delete and move: each reads before it heals, and ends in the same terminal arm.
+"""Update, delete and move: each reads before it heals, writes by compare-and-set, and ends in
+the same terminal arm — which records an UNAVAILABLE one for one re-issue.
 
 Every read comes first (the node, the partition's facts, a move's target partition) and only
 then a heal: a refused verb writes nothing. A partition seen new authorises no verb on a node
 there (``absent`` is the "no node" refusal, from that snapshot).
+
+"The same request" (docs/pending-writes.md): each verb is based on a version of its node (a
+move: of its source) — the request's ``expected_version``, else the version its attempt read —
+and the store applies it only if the node is still at that version and was written by the same
+write (compare-and-set): another write in between is VERSION_CONFLICT, never overwritten. The
+basis is what an UNAVAILABLE answer records with the intent, so the re-issue is the same
+compare-and-set. An update or move leaves its request id on the row, so its re-issue recognises
+its own landed write; a re-issued delete that finds the node gone is answered ``already_absent``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
-from rxmesh.exceptions import NodeExistsError, NodeValidationError, StoreConflictError
+from rxmesh.exceptions import (
+    NodeExistsError,
+    NodeValidationError,
+    NodeVersionConflictError,
+    StoreConflictError,
+    StoreVersionConflictError,
+)
+from rxmesh.ledger import PendingWrite
 from rxmesh.mesh._answer import Attempt, AttemptFacts, TerminalArm
 from rxmesh.mesh._bootstrap import Partitions
 from rxmesh.mesh._core import MeshCore
+from rxmesh.mesh._pending import PendingWrites
 from rxmesh.model import MeshNode, partition_of, validate_path
 from rxmesh.operations import (
     DeleteNodeRequest,
@@ -23,92 +41,231 @@ from rxmesh.operations import (
 
 __all__ = ["Verbs"]
 
-_Run = Callable[[AttemptFacts], Awaitable[MeshNode | None]]
+_Request = UpdateNodeRequest | DeleteNodeRequest | MoveNodeRequest
+_Basis = tuple[int, str | None]
+
+
+@dataclass
+class VerbFacts(AttemptFacts):
+    """An attempt's facts, plus its basis (once known) and whether a delete found nothing."""
+
+    basis: _Basis | None = None
+    already_absent: bool = False
+
+
+_Run = Callable[[VerbFacts], Awaitable[MeshNode | None]]
+_VERB: dict[type[_Request], str] = {
+    UpdateNodeRequest: "update",
+    DeleteNodeRequest: "delete",
+    MoveNodeRequest: "move",
+}
+_DOING = {"update": "updating", "delete": "deleting", "move": "moving"}
+_Intent = Callable[[_Basis], PendingWrite]
+
+
+def _conflict(path: str, basis: _Basis, version: int | None) -> NodeVersionConflictError:
+    now = "gone" if version is None else f"at version {version}"
+    return NodeVersionConflictError(
+        f"another write came first: the request was based on version {basis[0]} of '{path}', "
+        f"which is now {now}; nothing was changed. Read the node again and decide.",
+        path=path,
+    )
+
+
+def _basis(req: _Request, row: MeshNode) -> _Basis:
+    """What ``req`` is based on: its expected version, else the row its attempt read."""
+    if req.expected_version is not None:
+        return req.expected_version, req.expected_request_id
+    return row.version, row.request_id
+
+
+def _check(path: str, basis: _Basis, row: MeshNode) -> None:
+    if row.version != basis[0] or (basis[1] is not None and row.request_id != basis[1]):
+        raise _conflict(path, basis, row.version)
 
 
 class Verbs:
     """One mesh's update, delete and move."""
 
-    def __init__(self, core: MeshCore, partitions: Partitions, arm: TerminalArm) -> None:
+    def __init__(
+        self, core: MeshCore, partitions: Partitions, pending: PendingWrites, arm: TerminalArm
+    ) -> None:
         self._core = core
         self._partitions = partitions
+        self._pending = pending
         self._arm = arm
 
     def _attempt(
-        self, request_id: str, operation: str, doing: str, path: str, run: _Run
+        self, req: _Request, operation: str, path: str, run: _Run, intent: _Intent
     ) -> Callable[[], Attempt[NodeOperationResponse]]:
         """Per subscription, fresh facts; ``run(facts)`` does the work, appending to
-        ``facts.heals`` the system records it wrote (so an UNAVAILABLE answer can name them)."""
-        arm = self._arm
+        ``facts.heals`` the system records it wrote (so an UNAVAILABLE answer can name them) and
+        setting ``facts.basis`` once it knows it; ``intent(basis)`` is what an unreachable
+        answer records."""
+        arm, pending = self._arm, self._pending
+        verb = _VERB[type(req)]
+        key = f"{path} {verb}"  # the intent's ledger key (PendingWrite.key)
 
         def attempt() -> Attempt[NodeOperationResponse]:
-            facts = AttemptFacts(operation, doing, path, request_id)
+            facts = VerbFacts(operation, _DOING[verb], path, req.request_id)
+
+            async def record() -> tuple[str, dict[str, object]]:
+                if req.reissued_after_unavailable:  # a re-issue is never recorded again
+                    return "", {}
+                basis = facts.basis
+                if basis is None and req.expected_version is not None:
+                    basis = (req.expected_version, req.expected_request_id)
+                if basis is None:
+                    return (
+                        " It will not be re-issued by rxmesh: the version it was based on is "
+                        "unknown (the store did not answer its read); re-issue it yourself with "
+                        "expected_version once the store answers again.",
+                        {},
+                    )
+                recorded = await pending.record_intent(lambda: intent(basis), path, verb)
+                return recorded.note, {"recorded_for_reissue": recorded.recorded}
+
+            def settle(response: NodeOperationResponse) -> None:
+                if req.reissued_after_unavailable:
+                    return
+                pending.settle_key_by_answer(key, req.request_id, response)
 
             async def answer() -> NodeOperationResponse:
                 node = await run(facts)
-                return NodeOperationResponse(request_id=request_id, success=True, node=node)
+                response = NodeOperationResponse(
+                    request_id=req.request_id,
+                    success=True,
+                    node=node,
+                    already_absent=facts.already_absent,
+                )
+                settle(response)
+                return response
 
             return (
                 answer,
-                lambda exc: arm.answer(NodeOperationResponse, exc, facts),
+                lambda exc: arm.answer(
+                    NodeOperationResponse, exc, facts, record=record, settle=settle
+                ),
                 lambda: arm.backstop(NodeOperationResponse, facts),
             )
 
         return attempt
 
+    def _intent(self, req: _Request, node: MeshNode, target: str | None = None) -> _Intent:
+        core = self._core
+        origin = _VERB[type(req)]
+
+        def build(basis: _Basis) -> PendingWrite:
+            access = core.requester_or_none(req.access, node)
+            requester = access.user if access is not None else (node.created_by or "unknown")
+            return PendingWrite.model_validate(
+                {
+                    "node": node,
+                    "requester": requester,
+                    "access": access,
+                    "request_id": req.request_id,
+                    "origin": origin,
+                    "expected_version": basis[0],
+                    "expected_request_id": basis[1],
+                    "target": target,
+                }
+            )
+
+        return build
+
     def update(self, req: UpdateNodeRequest) -> Callable[[], Attempt[NodeOperationResponse]]:
-        """Replace the type/content of an existing node."""
+        """Replace the type/content of an existing node, by compare-and-set."""
         core, node = self._core, req.node
 
-        async def run(facts: AttemptFacts) -> MeshNode | None:
+        async def run(facts: VerbFacts) -> MeshNode | None:
             validate_path(node.path)  # reserved records are not updated, not even by the system
             access = core.requester(req.access, node)
             core.fail_fast(node, access)
             missing = f"no node at '{node.path}' to update"
-            if await core.ask("read", node.path) is None:
+            row: MeshNode | None = await core.ask("read", node.path)
+            if row is None:
+                if req.expected_version is not None:
+                    raise _conflict(node.path, _basis(req, node), None)
                 raise NodeValidationError(missing, path=node.path)
             await self._partitions.authorise(
                 node.partition, access, "update", creating=node.path, absent=missing
             )
+            if row.request_id == req.request_id:
+                return row  # this request's update did land (an earlier attempt)
+            basis = facts.basis = _basis(req, row)
+            _check(node.path, basis, row)
             core.validate_content(node, access)
-            updated: MeshNode | None = await core.ask("update", node)
+            try:
+                updated: MeshNode | None = await core.ask(
+                    "update", node, basis[0], basis[1], req.request_id
+                )
+            except StoreVersionConflictError as exc:
+                raise _conflict(node.path, basis, exc.actual_version) from exc
             if updated is None:
-                raise NodeValidationError(missing, path=node.path)
+                raise _conflict(node.path, basis, None)
             return updated
 
         return self._attempt(
-            req.request_id, f"Node update at '{node.path}'", "updating", node.path, run
+            req,
+            f"Node update at '{node.path}'",
+            node.path,
+            run,
+            self._intent(req, node),
         )
 
     def delete(self, req: DeleteNodeRequest) -> Callable[[], Attempt[NodeOperationResponse]]:
-        """Delete a node (not its children)."""
+        """Delete a node (not its children), by compare-and-set."""
         core, path = self._core, req.path
 
-        async def run(facts: AttemptFacts) -> MeshNode | None:
+        async def run(facts: VerbFacts) -> MeshNode | None:
             access = core.requester(req.access, None)
             missing = f"no node at '{path}' to delete"
             await self._partitions.authorise(
                 partition_of(path), access, "delete", creating=path, absent=missing
             )
-            if not await core.ask("delete", path):
-                raise NodeValidationError(missing, path=path)
-            return None
+            row: MeshNode | None = await core.ask("read", path)
+            if row is not None:
+                basis = facts.basis = _basis(req, row)
+                _check(path, basis, row)
+                try:
+                    if await core.ask("delete", path, basis[0], basis[1]):
+                        return None
+                except StoreVersionConflictError as exc:
+                    raise _conflict(path, basis, exc.actual_version) from exc
+            if req.reissued_after_unavailable:
+                facts.already_absent = True  # the node is gone: what the delete asked for
+                return None
+            raise NodeValidationError(missing, path=path)
 
-        return self._attempt(req.request_id, f"Node deletion at '{path}'", "deleting", path, run)
+        return self._attempt(
+            req,
+            f"Node deletion at '{path}'",
+            path,
+            run,
+            self._intent(req, MeshNode(path=path)),
+        )
 
     def move(self, req: MoveNodeRequest) -> Callable[[], Attempt[NodeOperationResponse]]:
-        """Move a node to a free path."""
+        """Move a node to a free path, by compare-and-set on the source."""
         core, source, target = self._core, req.source, req.target
 
-        async def run(facts: AttemptFacts) -> MeshNode | None:
+        async def run(facts: VerbFacts) -> MeshNode | None:
             access = core.requester(req.access, None)
             source_partition, target_partition = partition_of(source), partition_of(target)
             missing = f"no node at '{source}' to move"
             await self._partitions.authorise(
                 source_partition, access, "move", creating=target, absent=missing
             )
-            if await core.ask("read", source) is None:
-                raise NodeValidationError(missing, path=source)
+            row: MeshNode | None = await core.ask("read", source)
+            if row is None:
+                there: MeshNode | None = await core.ask("read", target)
+                if there is not None and there.request_id == req.request_id:
+                    return there  # this request's move did land (an earlier attempt)
+                if req.expected_version is None:
+                    raise NodeValidationError(missing, path=source)
+                raise _conflict(source, _basis(req, MeshNode(path=source)), None)
+            basis = facts.basis = _basis(req, row)
+            _check(source, basis, row)
             if target_partition != source_partition:
                 partition = await self._partitions.authorise(
                     target_partition, access, "move", creating=target
@@ -117,13 +274,21 @@ class Verbs:
                     partition, access, "move", creating=target, heals=facts.heals
                 )
             try:
-                moved: MeshNode | None = await core.ask("move", source, target)
+                moved: MeshNode | None = await core.ask(
+                    "move", source, target, basis[0], basis[1], req.request_id
+                )
+            except StoreVersionConflictError as exc:
+                raise _conflict(source, basis, exc.actual_version) from exc
             except StoreConflictError as exc:
                 raise NodeExistsError(f"a node already exists at '{target}'", path=target) from exc
             if moved is None:
-                raise NodeValidationError(missing, path=source)
+                raise _conflict(source, basis, None)
             return moved
 
         return self._attempt(
-            req.request_id, f"Node move from '{source}' to '{target}'", "moving", source, run
+            req,
+            f"Node move from '{source}' to '{target}'",
+            source,
+            run,
+            self._intent(req, MeshNode(path=source), target),
         )

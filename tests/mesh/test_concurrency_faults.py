@@ -56,21 +56,26 @@ async def test_a_user_without_rights_cannot_delete_a_node_created_concurrently()
 
 async def race_a_rightless_delete_against_a_create() -> tuple[object, object, MeshNode | None]:
     """The interleaving forced: carol's delete reads the facts of ``beta`` while it is new, then
-    its store delete is held until bob has created ``beta/b`` (claiming the partition)."""
+    its next store call (the read of its basis, before the compare-and-set delete) is held until
+    bob has created ``beta/b`` (claiming the partition)."""
     mesh, store = make_mesh()
     created = asyncio.Event()
-    original = store.adelete
+    original = store.aread
+    held: list[str] = []
 
-    async def held_delete(path: str) -> bool:
-        await created.wait()
+    async def held_read(path: str) -> MeshNode | None:
+        if path == "beta/b" and not held:  # the delete's read (before bob's create starts)
+            held.append(path)
+            await created.wait()
         return await original(path)
 
-    store.adelete = held_delete  # type: ignore[method-assign]
+    store.aread = held_read  # type: ignore[method-assign]
     delete = asyncio.ensure_future(
         first_value(mesh.delete_node(DeleteNodeRequest(path="beta/b", access=CAROL)))
     )
     for _ in range(20):  # the delete reads beta's facts (new) and reaches its store call
         await asyncio.sleep(0)
+    held.append("bob")  # from here on no read is held: bob's create must not wait for itself
     create = await first_value(mesh.create_node(CreateNodeRequest(node=doc("beta/b"), access=BOB)))
     created.set()
     deleted = await asyncio.wait_for(delete, 5)
@@ -199,9 +204,9 @@ async def test_a_cross_partition_move_that_healed_says_what_it_wrote() -> None:
     await mesh.create(doc("src/a"), access=ALICE)
     store_move = store.amove
 
-    async def move(source: str, target: str) -> MeshNode | None:
+    async def move(source: str, target: str, *basis: object) -> MeshNode | None:
         store.refuse_writes_as_unreachable()
-        return await store_move(source, target)
+        return await store_move(source, target, *basis)
 
     store.amove = move  # type: ignore[method-assign]
     answer = await first_value(
