@@ -34,7 +34,7 @@ from rxmesh.faults import (
 from rxmesh.mesh._answer import Attempt, AttemptFacts, TerminalArm
 from rxmesh.mesh._arms import annotate, unreachable_note
 from rxmesh.mesh._bootstrap import Partitions
-from rxmesh.mesh._core import MeshCore, now
+from rxmesh.mesh._core import MeshCore, now, stamp
 from rxmesh.mesh._pending import PendingWrites
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import CreateNodesRequest, CreateNodesResponse, RejectionReason
@@ -152,18 +152,8 @@ class Bulk:
             raise content_error
         for facts in judged:
             await self._partitions.heal(facts, access, "create", creating=None, heals=state.heals)
-        stamp = now()
-        stamped = [
-            node.model_copy(
-                update={
-                    "created_by": access.user,
-                    "created_at": stamp,
-                    "version": max(1, node.version),
-                    "request_id": req.request_id,
-                }
-            )
-            for node in todo
-        ]
+        at = now()
+        stamped = [stamp(node, access.user, at, req.request_id) for node in todo]
         by_path = {node.path: node for node in stamped}
         state.attempted = stamped
         if stamped:

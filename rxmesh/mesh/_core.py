@@ -30,7 +30,7 @@ from rxmesh.operators._ladder import Ladder
 from rxmesh.providers import Store
 from rxmesh.providers._store import call
 
-__all__ = ["MeshCore", "NodeTypeValidator", "Validator", "now"]
+__all__ = ["MeshCore", "NodeTypeValidator", "Validator", "now", "stamp"]
 
 Validator = Callable[[MeshNode, AccessContext], None]
 """A content rule: raise :class:`~rxmesh.exceptions.NodeValidationError` to refuse a node."""
@@ -51,6 +51,28 @@ class NodeTypeValidator(Protocol):
 def now() -> datetime:
     """The time a write is stamped with."""
     return datetime.now(UTC)
+
+
+_ALL_FIELDS = set(MeshNode.model_fields)
+"""Shared by every stamped node (pydantic copies a fields set before a copy updates it)."""
+
+
+def stamp(node: MeshNode, user: str, at: datetime, request_id: str | None) -> MeshNode:
+    """``node`` as the mesh writes it: ``created_by``, ``created_at``, ``version`` (at least 1)
+    and ``request_id`` set. What ``node.model_copy(update=...)`` makes (the values are the
+    mesh's own, already valid), without its three copies per node: a 10k bulk stamps in one go.
+    """
+    values = dict(node.__dict__)
+    values["created_by"] = user
+    values["created_at"] = at
+    values["version"] = max(1, node.version)
+    values["request_id"] = request_id
+    stamped = MeshNode.__new__(MeshNode)
+    object.__setattr__(stamped, "__dict__", values)
+    object.__setattr__(stamped, "__pydantic_fields_set__", _ALL_FIELDS)
+    object.__setattr__(stamped, "__pydantic_extra__", None)
+    object.__setattr__(stamped, "__pydantic_private__", None)
+    return stamped
 
 
 class MeshCore:

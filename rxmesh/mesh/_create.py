@@ -27,7 +27,7 @@ from rxmesh.exceptions import (
 from rxmesh.mesh._access import PartitionFacts
 from rxmesh.mesh._answer import Attempt, AttemptFacts, TerminalArm
 from rxmesh.mesh._bootstrap import Partitions
-from rxmesh.mesh._core import MeshCore, now
+from rxmesh.mesh._core import MeshCore, now, stamp
 from rxmesh.mesh._pending import PendingWrites
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import CreateNodeRequest, CreateNodeResponse
@@ -137,14 +137,7 @@ class Create:
     ) -> MeshNode:
         """The INSERT, through the ladder; a row already there is read to tell whose it is."""
         core, node = self._core, req.node
-        stamped = node.model_copy(
-            update={
-                "created_by": access.user,
-                "created_at": now(),
-                "version": max(1, node.version),
-                "request_id": req.request_id,
-            }
-        )
+        stamped = stamp(node, access.user, now(), req.request_id)
         store = core.store
 
         async def write() -> MeshNode:

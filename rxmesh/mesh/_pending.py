@@ -186,6 +186,11 @@ class PendingWrites:
 
     def settle_bulk_by_answer(self, req: CreateNodesRequest, response: CreateNodesResponse) -> None:
         """:meth:`settle_by_answer` for each node of a bulk the store answered."""
+        if req.reissued_after_unavailable:
+            return
+        statistics = self._core.ledger.statistics()
+        if statistics.pending == 0 and statistics.in_flight == 0:
+            return  # nothing outstanding to settle: no per-node answer is built (a 10k bulk)
         created = {node.path: node for node in response.created}
         present = set(response.already_present)
         for node in req.nodes:
