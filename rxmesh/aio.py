@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Generic, TypeVar, cast
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable, SerialDisposable
+from reactivex.disposable import SerialDisposable
 
 from rxmesh.exceptions import SlowConsumerError
 from rxmesh.model import FrameKind, MeshNode, QueryFrame
@@ -46,6 +46,25 @@ DEFAULT_MAX_PENDING = 1024
 """Items an ``async for`` may fall behind its stream before :class:`SlowConsumerError`."""
 
 
+class _Subscribed(abc.DisposableBase):
+    """One subscription's work, run as a task on the running loop (or the current one).
+
+    Disposing it sets :attr:`disposed` (the work answers nobody from then on) and cancels the
+    task if it is still running. The work receives this object, to read :attr:`disposed`.
+    """
+
+    __slots__ = ("_task", "disposed")
+
+    def __init__(self, work: Callable[[_Subscribed], Coroutine[Any, Any, None]]) -> None:
+        self.disposed = False
+        self._task = asyncio.get_event_loop().create_task(work(self))
+
+    def dispose(self) -> None:
+        self.disposed = True
+        if not self._task.done():
+            self._task.cancel()
+
+
 def from_async(factory: Callable[[], Awaitable[T]]) -> Observable[T]:
     """A cold observable that runs ``factory()`` on the running loop for each subscription.
 
@@ -64,14 +83,11 @@ def from_async(factory: Callable[[], Awaitable[T]]) -> Observable[T]:
     def subscribe(
         observer: abc.ObserverBase[T], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        loop = asyncio.get_event_loop()
-        disposed = False
-
-        async def run() -> None:
+        async def run(task: _Subscribed) -> None:
             try:
                 value = await factory()
             except asyncio.CancelledError as cancelled:
-                if not disposed:
+                if not task.disposed:
                     # Delivered so the consumer's terminal arm can classify it.
                     observer.on_error(cast(Exception, cancelled))
                 current = asyncio.current_task()
@@ -79,22 +95,14 @@ def from_async(factory: Callable[[], Awaitable[T]]) -> Observable[T]:
                     raise
                 return
             except Exception as exc:  # noqa: BLE001 - forwarded to the observer, never dropped
-                if not disposed:
+                if not task.disposed:
                     observer.on_error(exc)
                 return
-            if not disposed:
+            if not task.disposed:
                 observer.on_next(value)
                 observer.on_completed()
 
-        task = loop.create_task(run())
-
-        def dispose() -> None:
-            nonlocal disposed
-            disposed = True
-            if not task.done():
-                task.cancel()
-
-        return Disposable(dispose)
+        return _Subscribed(run)
 
     return Observable(subscribe)
 

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
 
-from rxmesh.aio import _OneShot
+from rxmesh.aio import _OneShot, _Subscribed
 from rxmesh.faults import describe_may_have_partially_landed, is_write_outcome_unknown
 from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.mesh._arms import Judgement, judge
@@ -146,19 +145,18 @@ def answer_once(
         observer: abc.ObserverBase[R], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
         run, on_fault, backstop = attempt()
-        disposed = False
 
-        def answer(response: R) -> None:
-            if not disposed:
-                observer.on_next(response)
-                observer.on_completed()
+        async def drive(task: _Subscribed) -> None:
+            def answer(response: R) -> None:
+                if not task.disposed:
+                    observer.on_next(response)
+                    observer.on_completed()
 
-        async def drive() -> None:
             with _instrumentation.operation(verb, request_id=request_id, reissue=reissue) as op:
                 try:
                     response = await run()
                 except asyncio.CancelledError as cancelled:
-                    if not disposed:  # a cancellation from inside the work is answered
+                    if not task.disposed:  # a cancellation from inside the work is answered
                         response = await on_fault(cancelled)
                         op.answered(_outcome(response))
                         answer(response)
@@ -174,15 +172,7 @@ def answer_once(
                 op.answered(_outcome(response))
                 answer(response)
 
-        task = asyncio.get_event_loop().create_task(drive())
-
-        def dispose() -> None:
-            nonlocal disposed
-            disposed = True
-            if not task.done():
-                task.cancel()
-
-        return Disposable(dispose)
+        return _Subscribed(drive)
 
     return _OneShot(subscribe, lambda: answer_now(attempt, verb, request_id, reissue=reissue))
 

@@ -31,11 +31,10 @@ from rxmesh.faults import (
     is_store_unreachable,
     is_write_outcome_unknown,
 )
-from rxmesh.mesh._answer import Attempt, AttemptFacts, TerminalArm
+from rxmesh.mesh._answer import Attempt, AttemptFacts
 from rxmesh.mesh._arms import annotate, unreachable_note
-from rxmesh.mesh._bootstrap import Partitions
-from rxmesh.mesh._core import MeshCore, now, stamp
-from rxmesh.mesh._pending import PendingWrites
+from rxmesh.mesh._core import now, stamp
+from rxmesh.mesh._job import Job
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import CreateNodesRequest, CreateNodesResponse, RejectionReason
 from rxmesh.providers._store import call
@@ -62,16 +61,8 @@ class _BulkState(AttemptFacts):
     already_present: list[str] = field(default_factory=list)
 
 
-class Bulk:
+class Bulk(Job):
     """One mesh's bulk create."""
-
-    def __init__(
-        self, core: MeshCore, partitions: Partitions, pending: PendingWrites, arm: TerminalArm
-    ) -> None:
-        self._core = core
-        self._partitions = partitions
-        self._pending = pending
-        self._arm = arm
 
     def refusal(self, req: CreateNodesRequest) -> CreateNodesResponse | None:
         """Phase 0: the batch's refusal naming its first offender, or ``None``."""

@@ -25,10 +25,9 @@ from rxmesh.exceptions import (
     StoreConflictError,
 )
 from rxmesh.mesh._access import PartitionFacts
-from rxmesh.mesh._answer import Attempt, AttemptFacts, TerminalArm
-from rxmesh.mesh._bootstrap import Partitions
-from rxmesh.mesh._core import MeshCore, now, stamp
-from rxmesh.mesh._pending import PendingWrites
+from rxmesh.mesh._answer import Attempt, AttemptFacts
+from rxmesh.mesh._core import now, stamp
+from rxmesh.mesh._job import Job
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import CreateNodeRequest, CreateNodeResponse
 from rxmesh.providers._store import call
@@ -41,16 +40,8 @@ def operation_of(req: CreateNodeRequest) -> str:
     return f"Node creation at '{req.node.path}'"
 
 
-class Create:
+class Create(Job):
     """One mesh's single create."""
-
-    def __init__(
-        self, core: MeshCore, partitions: Partitions, pending: PendingWrites, arm: TerminalArm
-    ) -> None:
-        self._core = core
-        self._partitions = partitions
-        self._pending = pending
-        self._arm = arm
 
     def attempt(self, req: CreateNodeRequest) -> Attempt[CreateNodeResponse]:
         """A fresh attempt of ``req`` (its own facts), for one subscription or one await."""
