@@ -441,14 +441,18 @@ class RecordingStore:
             batch,
         )
 
-    def update(self, node: MeshNode) -> Observable[MeshNode | None]:
-        return self._recorded("update", (node.path,), lambda: self.faults.update(node), [node])
+    def update(self, node: MeshNode, *basis: Any) -> Observable[MeshNode | None]:
+        return self._recorded(
+            "update", (node.path,), lambda: self.faults.update(node, *basis), [node]
+        )
 
-    def delete(self, path: str) -> Observable[bool]:
-        return self._recorded("delete", (path,), lambda: self.faults.delete(path))
+    def delete(self, path: str, *basis: Any) -> Observable[bool]:
+        return self._recorded("delete", (path,), lambda: self.faults.delete(path, *basis))
 
-    def move(self, source: str, target: str) -> Observable[MeshNode | None]:
-        return self._recorded("move", (source, target), lambda: self.faults.move(source, target))
+    def move(self, source: str, target: str, *basis: Any) -> Observable[MeshNode | None]:
+        return self._recorded(
+            "move", (source, target), lambda: self.faults.move(source, target, *basis)
+        )
 
     def query(self, query: Any) -> Observable[Any]:
         return self.faults.query(query)

@@ -36,7 +36,7 @@ from rxmesh.operations import (
     NodeOperationResponse,
     RejectionReason,
 )
-from rxmesh.providers import memory
+from rxmesh.providers._memory_verbs import cold
 from rxmesh.providers.memory import InMemoryStore
 
 from ._harness import is_system_path
@@ -128,9 +128,9 @@ def _grants_ignored(mp: pytest.MonkeyPatch) -> None:
 def _delete_misses(mp: pytest.MonkeyPatch) -> None:
     original = InMemoryStore.delete
 
-    def delete(self: InMemoryStore, path: str) -> Observable[bool]:
+    def delete(self: InMemoryStore, path: str, *basis: Any) -> Observable[bool]:
         if is_system_path(path):
-            return original(self, path)
+            return original(self, path, *basis)
         return reactivex.defer(lambda _: reactivex.of(False))
 
     mp.setattr(InMemoryStore, "delete", delete)
@@ -167,7 +167,9 @@ def _bug2(mp: pytest.MonkeyPatch) -> None:
 
 
 def _two_rows(mp: pytest.MonkeyPatch) -> None:
-    def move(self: InMemoryStore, source: str, target: str) -> Observable[MeshNode | None]:
+    def move(
+        self: InMemoryStore, source: str, target: str, *basis: Any
+    ) -> Observable[MeshNode | None]:
         def work() -> MeshNode | None:
             with self._lock:
                 existing = self._get(source)
@@ -184,7 +186,7 @@ def _two_rows(mp: pytest.MonkeyPatch) -> None:
                 table[target] = moved  # the mutant: kept in the SOURCE partition's table
             return moved
 
-        return memory._cold(work)
+        return cold(work)
 
     mp.setattr(InMemoryStore, "move", move)
 
