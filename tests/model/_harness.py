@@ -758,7 +758,11 @@ class Oracle:
                 verb = attempt.kind
                 path = paths[0]
                 mine = [c for c in attempt.calls if c.op == verb and c.changed]
-                if not mine:
+                # the same request sent again (or re-issued) finds its own landed write: no write
+                already = getattr(response, "already_absent", False) or ever(
+                    lambda s: any(n.request_id == rid for n in s.values())
+                )
+                if not mine and not already:
                     self.fail(_fail("success-row", attempt, f"success but no {verb} landed"))
                 if not ever(lambda s: may(s, user, verb, partition_of(path))):
                     self.fail(_fail("success-true", attempt, f"{verb} without the right"))
@@ -816,6 +820,19 @@ class Oracle:
             )
             if not partly_landed:
                 self.fail(_fail("never-unknown", attempt, "UNKNOWN for valid input"))
+        elif reason is RejectionReason.VERSION_CONFLICT:
+            # True only if another write came first: the node changed (or went) during the
+            # attempt, or — a re-issue — since the basis it was recorded with.
+            def row(s: State) -> tuple[int, str | None] | None:
+                node = s.get(paths[0])
+                return None if node is None else (node.version, node.request_id)
+
+            seen = {row(s) for s in states}
+            true = attempt.kind in ("update", "delete", "move") and (
+                attempt.by_ledger or len(seen) > 1 or None in seen
+            )
+            if not true:
+                self.fail(_fail("refusal-true", attempt, "VERSION_CONFLICT but nothing changed"))
         else:
             self.fail(_fail("refusal-true", attempt, f"{reason} for valid input"))
 
@@ -842,6 +859,12 @@ class Oracle:
             missing = {n.path for n in response.not_created}
             if recorded & refused or recorded | refused != missing:
                 self.fail(_fail("one-verdict", attempt, "recorded/not_recorded != not_created"))
+        elif not response.recorded_for_reissue and "will not be re-issued" not in text:
+            cancelled = "cancelled" in text  # a cooperative cancellation is never recorded
+            if not cancelled:
+                self.fail(
+                    _fail("one-verdict", attempt, "neither recorded nor 'will not be re-issued'")
+                )
 
     def judge_heals(self, attempt: Attempt) -> None:
         node_paths = set(_paths_of(attempt)) if attempt.kind in ("create", "bulk") else set()
@@ -939,7 +962,7 @@ class Oracle:
                 self._on_answer(event.attempt, event.response)
             elif event.kind == "verdict" and event.outcome is not None:
                 outcome = event.outcome
-                key = (outcome.intent.path, outcome.intent.request_id)
+                key = (outcome.intent.key, outcome.intent.request_id)
                 if key not in self.outstanding:
                     self.fail(
                         _fail(
@@ -952,8 +975,13 @@ class Oracle:
                     continue
                 del self.outstanding[key]
                 self.carried_after.discard(key)
-                if outcome.verdict is Verdict.LANDED:
-                    row = history[event.index].get(key[0])
+                intent = outcome.intent
+                if outcome.verdict is Verdict.LANDED and intent.verb == "delete":
+                    if history[event.index].get(intent.path) is not None:
+                        self.fail(_fail("success-row", None, f"LANDED {key} but the row is there"))
+                elif outcome.verdict is Verdict.LANDED:
+                    where = intent.target if intent.verb == "move" else intent.path
+                    row = history[event.index].get(where or intent.path)
                     if row is None or row.request_id != key[1]:
                         self.fail(_fail("success-row", None, f"LANDED {key} but no such row"))
 
@@ -976,6 +1004,15 @@ class Oracle:
         elif isinstance(response, CreateNodesResponse):
             carried = [(n.path, rid) for n in response.created]
             recorded = [(path, rid) for path in response.recorded_for_reissue]
+        elif (
+            response.rejection_reason is RejectionReason.UNAVAILABLE
+            and response.recorded_for_reissue
+            and not attempt.by_ledger
+        ):
+            request: Any = attempt.request
+            path = getattr(request, "source", None) or getattr(request, "path", None)
+            path = path or request.node.path
+            recorded.append((f"{path} {attempt.kind}", rid))
         for key in carried:
             if key in self.outstanding and not attempt.by_ledger:
                 self.carried_after.add(key)
@@ -985,7 +1022,7 @@ class Oracle:
 
     def judge_drained(self, mesh: TracedMesh) -> None:
         ledger = mesh.ledger
-        left = [(i.path, i.request_id) for i in (*ledger.pending(), *ledger.in_flight())]
+        left = [(i.key, i.request_id) for i in (*ledger.pending(), *ledger.in_flight())]
         reissuing = mesh.recovery.reissuing if mesh.recovery is not None else 0
         if left or reissuing or self.outstanding:
             self.fail(
