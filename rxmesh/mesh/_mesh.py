@@ -334,24 +334,58 @@ class Mesh:
             return response.node
         raise error_for(response.rejection_reason, response.error, path)
 
-    async def update(self, node: MeshNode, *, access: AccessContext | None = None) -> MeshNode:
-        """Update ``node`` in place and return it as stored; raises one type per reason."""
+    async def update(
+        self,
+        node: MeshNode,
+        *,
+        access: AccessContext | None = None,
+        expected_version: int | None = None,
+    ) -> MeshNode:
+        """Update ``node`` in place and return it as stored; raises one type per reason.
+
+        ``expected_version``: the version the update is based on (compare-and-set); without it,
+        the version this call reads. Another write first raises
+        :class:`~rxmesh.exceptions.NodeVersionConflictError` (VERSION_CONFLICT); the other
+        reasons raise what :meth:`create` raises for them.
+        """
         result = await self._in_process(
-            self.update_node(UpdateNodeRequest(node=node, access=access)), node.path
+            self.update_node(
+                UpdateNodeRequest(node=node, access=access, expected_version=expected_version)
+            ),
+            node.path,
         )
         assert result is not None  # a successful update always carries the node
         return result
 
-    async def delete(self, path: str, *, access: AccessContext | None = None) -> None:
-        """Delete the node at ``path``; raises one exception type per reason."""
-        await self._in_process(self.delete_node(DeleteNodeRequest(path=path, access=access)), path)
+    async def delete(
+        self, path: str, *, access: AccessContext | None = None, expected_version: int | None = None
+    ) -> None:
+        """Delete the node at ``path`` (compare-and-set, as :meth:`update`); raises one
+        exception type per reason."""
+        await self._in_process(
+            self.delete_node(
+                DeleteNodeRequest(path=path, access=access, expected_version=expected_version)
+            ),
+            path,
+        )
 
     async def move(
-        self, source: str, target: str, *, access: AccessContext | None = None
+        self,
+        source: str,
+        target: str,
+        *,
+        access: AccessContext | None = None,
+        expected_version: int | None = None,
     ) -> MeshNode:
-        """Move the node at ``source`` to ``target``; raises one exception type per reason."""
+        """Move the node at ``source`` to ``target`` (compare-and-set on the source, as
+        :meth:`update`); raises one exception type per reason."""
         result = await self._in_process(
-            self.move_node(MoveNodeRequest(source=source, target=target, access=access)), source
+            self.move_node(
+                MoveNodeRequest(
+                    source=source, target=target, access=access, expected_version=expected_version
+                )
+            ),
+            source,
         )
         assert result is not None  # a successful move always carries the node
         return result
