@@ -2,7 +2,10 @@
 
 One test per fault (a row): the fault is put in place, the seven verbs run CONCURRENTLY against
 it (so a row costs one retry ladder, not seven), the fault is lifted, and each cell is judged on
-its own (answer reason, message phrases, log level, pending write recorded or not). The table of
+its own (answer reason, message phrases, log level, pending write recorded or not). Every write
+verb answered UNAVAILABLE is recorded (update, delete and move carry their basis,
+``expected_version``) and, once the fault is lifted, re-issued once with one verdict: the
+update, delete and move LANDED, by compare-and-set on that basis (issue 18). The table of
 cells is printed at the end of the run (tests/reliability/conftest.py).
 
 Real faults (PostgreSQL, nothing simulated): refused connect, connect timeout, reset mid-stream
@@ -171,7 +174,7 @@ POOLED = [
     ),
 ]
 REQUIRED = {
-    "unavailable": "UNAVAILABLE, ERROR, create recorded",
+    "unavailable": "UNAVAILABLE, ERROR, every write recorded, one verdict each",
     "unknown": "UNKNOWN, ERROR, nothing recorded",
     "cancelled": "UNAVAILABLE (cancelled), DEBUG, nothing recorded",
 }
@@ -304,20 +307,28 @@ class Row:
                     first_value(
                         mesh.update_node(
                             UpdateNodeRequest(
-                                node=MeshNode(path=f"{p}/u", content={"v": 2}), access=ALICE
+                                node=MeshNode(path=f"{p}/u", content={"v": 2}),
+                                access=ALICE,
+                                expected_version=1,  # the seed's: the basis of its intent
                             )
                         )
                     ),
                 ),
                 keep(
                     "delete",
-                    first_value(mesh.delete_node(DeleteNodeRequest(path=f"{p}/d", access=ALICE))),
+                    first_value(
+                        mesh.delete_node(
+                            DeleteNodeRequest(path=f"{p}/d", access=ALICE, expected_version=1)
+                        )
+                    ),
                 ),
                 keep(
                     "move",
                     first_value(
                         mesh.move_node(
-                            MoveNodeRequest(source=f"{p}/m", target=f"{p}/m2", access=ALICE)
+                            MoveNodeRequest(
+                                source=f"{p}/m", target=f"{p}/m2", access=ALICE, expected_version=1
+                            )
                         )
                     ),
                 ),
@@ -393,8 +404,11 @@ def judge_cell(
             for r in logs
         ):
             return f"no ERROR store_unreachable log for {path}"
-        if creates != row.recorded(path):
+        if not answer.recorded_for_reissue or not row.recorded(path):
             return f"pending write recorded={row.recorded(path)} for {verb}"
+        verdicts = [o.verdict for o in row.outcomes if o.intent.path == path]
+        if not creates and verdicts != [Verdict.LANDED]:  # re-issued once, by compare-and-set
+            return f"{verb}: verdicts {verdicts}, not exactly one LANDED"
         return None
     if row.recorded(path):
         return "a pending write was recorded for a judged/cancelled answer"
@@ -465,6 +479,14 @@ async def _recovered(row: Row, fault: Fault) -> None:
     await row.watch.until(lambda: any(o.intent.path == create for o in row.outcomes))
     landed = [o for o in row.outcomes if o.intent.path == create]
     assert [o.verdict for o in landed] == [Verdict.LANDED], landed
+    verbs = [row.paths[verb] for verb in ("update", "delete", "move")]
+    await row.watch.until(lambda: all(any(o.intent.path == p for o in row.outcomes) for p in verbs))
+    store = row.mesh.store
+    after = {p: await first_value(store.read(p)) for p in (*verbs, f"{row.p}/m2")}
+    assert after[row.paths["update"]] is not None
+    assert after[row.paths["update"]].content == {"v": 2}, after  # the re-issue's write
+    assert after[row.paths["delete"]] is None and after[row.paths["move"]] is None, after
+    assert after[f"{row.p}/m2"] is not None, after
 
 
 # -- the proxied private database -------------------------------------------------------------
