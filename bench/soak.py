@@ -1,4 +1,5 @@
-"""Chaos soak: concurrent creates through a Mesh while the store is cut, killed and restarted.
+"""Chaos soak: concurrent creates, updates, deletes and moves through a Mesh while the store is
+cut, killed and restarted.
 
 W writers each create M nodes with unique ids through a :class:`~rxmesh.Mesh` over a
 :class:`~rxmesh.providers.PostgresStore` on a private :class:`TemporaryPostgresCluster` behind a
@@ -12,6 +13,14 @@ answered UNAVAILABLE and then given exactly one verdict on ``ledger.outcomes``),
 no duplicate rows and every created row carries its request's id, that nothing was lost (every
 ``created`` answer and every LANDED / ALREADY_PRESENT verdict is in the database), and that the
 journal is empty. Prints one JSON line and a table.
+
+The verbs mixed in (issue 18): after every fourth create a writer updates, deletes or moves (in
+turn) the node it created just before, based on the version its create answered (a
+compare-and-set). An update answered UNAVAILABLE is followed at once by a NEWER update of the
+same node (based on whatever the mesh reads then). Checked afterwards: every verb answered
+UNAVAILABLE and recorded gets exactly one verdict (one not recorded, none), an acknowledged verb
+(answered success, or LANDED) is in the database, and no re-issue overwrote an acknowledged newer
+update (``overwritten_newer``); a create's row checks skip the nodes the verbs touched.
 
     python bench/soak.py                 # long: 20 writers x 500 = 10,000 creates, 5 restarts
     python bench/soak.py --short         # CI: 4 x 150 creates, 1 restart
@@ -37,7 +46,16 @@ import asyncpg
 from rxmesh import AccessContext, Mesh, MeshNode
 from rxmesh.aio import first_value
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
-from rxmesh.operations import CreateNodeRequest, CreateNodeResponse, RejectionReason, Verdict
+from rxmesh.operations import (
+    CreateNodeRequest,
+    CreateNodeResponse,
+    DeleteNodeRequest,
+    MoveNodeRequest,
+    NodeOperationResponse,
+    RejectionReason,
+    UpdateNodeRequest,
+    Verdict,
+)
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultProxy, TemporaryPostgresCluster
 
@@ -66,6 +84,21 @@ class _Request:
     path: str
     request_id: str
     answer: CreateNodeResponse | None = None
+    problem: str | None = None
+
+
+@dataclass
+class _Verb:
+    """One update, delete or move a writer sent (``newer``: the update sent after an UNAVAILABLE
+    one, on the same node)."""
+
+    verb: str
+    path: str
+    request_id: str
+    content: Any = None
+    target: str | None = None
+    newer: bool = False
+    answer: NodeOperationResponse | None = None
     problem: str | None = None
 
 
@@ -144,9 +177,15 @@ async def _chaos(
 
 
 async def _writer(
-    mesh: Mesh, index: int, per_writer: int, requests: list[_Request], progress: list[int]
+    mesh: Mesh,
+    index: int,
+    per_writer: int,
+    requests: list[_Request],
+    progress: list[int],
+    verbs: list[_Verb],
 ) -> None:
     access = AccessContext(user=f"writer{index}")
+    previous: _Request | None = None
     for n in range(per_writer):
         path = f"w{index:03d}/n{n:05d}"  # one partition per writer: its owner
         request = CreateNodeRequest(node=MeshNode(path=path, content={"n": n}), access=access)
@@ -157,10 +196,62 @@ async def _writer(
         except TimeoutError:
             entry.problem = "no answer in time"
         progress[0] += 1
+        created = previous.answer if previous is not None else None
+        if n % 4 == 3 and created is not None and created.success and created.node is not None:
+            kind = ("update", "delete", "move")[(n // 4) % 3]
+            await _act(mesh, access, kind, created.node, verbs)
+        previous = entry
 
 
-async def _rows(dsn: str) -> dict[str, list[str | None]]:
-    """Every row under the soak's schemas: path -> [request_id, ...] (one per row found)."""
+async def _verb(mesh: Mesh, entry: _Verb, request: Any) -> NodeOperationResponse | None:
+    verbs = {"update": mesh.update_node, "delete": mesh.delete_node, "move": mesh.move_node}
+    try:
+        entry.answer = await first_value(verbs[entry.verb](request), timeout=ANSWER_TIMEOUT)
+    except TimeoutError:
+        entry.problem = "no answer in time"
+    return entry.answer
+
+
+async def _act(
+    mesh: Mesh, access: AccessContext, kind: str, node: MeshNode, verbs: list[_Verb]
+) -> None:
+    """One verb on ``node``, based on its version as created; an UNAVAILABLE update is followed
+    by a newer one (no basis given: the mesh reads it)."""
+    path, version = node.path, node.version
+    request: Any
+    if kind == "update":
+        content: dict[str, Any] = {"update": path}
+        request = UpdateNodeRequest(
+            node=MeshNode(path=path, content=content), access=access, expected_version=version
+        )
+        entry = _Verb(kind, path, request.request_id, content)
+    elif kind == "delete":
+        request = DeleteNodeRequest(path=path, access=access, expected_version=version)
+        entry = _Verb(kind, path, request.request_id)
+    else:
+        target = f"{path}m"
+        request = MoveNodeRequest(
+            source=path, target=target, access=access, expected_version=version
+        )
+        entry = _Verb(kind, path, request.request_id, target=target)
+    verbs.append(entry)
+    answer = await _verb(mesh, entry, request)
+    if (
+        kind != "update"
+        or answer is None
+        or answer.rejection_reason is not RejectionReason.UNAVAILABLE
+    ):
+        return
+    newest: dict[str, Any] = {"newer": path}
+    newer = UpdateNodeRequest(node=MeshNode(path=path, content=newest), access=access)
+    entry = _Verb("update", path, newer.request_id, newest, newer=True)
+    verbs.append(entry)
+    await _verb(mesh, entry, newer)
+
+
+async def _rows(dsn: str) -> tuple[dict[str, list[str | None]], dict[str, str]]:
+    """Every row under the soak's schemas: path -> [request_id, ...] (one per row found), and
+    path -> its content (JSON text)."""
     conn = await asyncpg.connect(dsn, timeout=5.0, command_timeout=60.0)
     try:
         schemas = [
@@ -170,6 +261,7 @@ async def _rows(dsn: str) -> dict[str, list[str | None]]:
             )
         ]
         rows: dict[str, list[str | None]] = {}
+        contents: dict[str, str] = {}
         duplicates = 0
         for schema in schemas:
             table = f"{quote_identifier(schema)}.nodes"
@@ -178,10 +270,12 @@ async def _rows(dsn: str) -> dict[str, list[str | None]]:
                     f"SELECT path, count(*) FROM {table} GROUP BY path HAVING count(*) > 1"
                 )
             )
-            for record in await conn.fetch(f"SELECT path, request_id FROM {table}"):
+            query = f"SELECT path, request_id, content::text AS content FROM {table}"
+            for record in await conn.fetch(query):
                 rows.setdefault(record["path"], []).append(record["request_id"])
+                contents[record["path"]] = record["content"]
         rows["__duplicates_by_sql__"] = [str(duplicates)]
-        return rows
+        return rows, contents
     finally:
         await conn.close()
 
@@ -209,6 +303,7 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
             outcomes: list[PendingWriteOutcome] = []
             watching = ledger.outcomes.subscribe(outcomes.append)
             requests: list[_Request] = []
+            verbs: list[_Verb] = []
             progress = [0]
             done = asyncio.Event()
             chaos = _Chaos()
@@ -218,7 +313,7 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
             try:
                 await asyncio.gather(
                     *(
-                        _writer(mesh, w, config.per_writer, requests, progress)
+                        _writer(mesh, w, config.per_writer, requests, progress, verbs)
                         for w in range(config.writers)
                     )
                 )
@@ -240,10 +335,16 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
             )
             recovered_at: float | None = None
             deadline = back + config.recover_timeout
+            answers: list[CreateNodeResponse | NodeOperationResponse | None] = [
+                *(r.answer for r in requests),
+                *(v.answer for v in verbs),
+            ]
             unavailable = sum(
                 1
-                for r in requests
-                if r.answer is not None and r.answer.rejection_reason is RejectionReason.UNAVAILABLE
+                for answer in answers
+                if answer is not None
+                and answer.rejection_reason is RejectionReason.UNAVAILABLE
+                and answer.recorded_for_reissue
             )
             while time.monotonic() < deadline:
                 if not ledger.pending() and not ledger.in_flight() and len(outcomes) >= unavailable:
@@ -259,9 +360,9 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
                 await store.close()
             except Exception as exc:  # reported: the feed task died with it
                 close_error = f"{type(exc).__name__}: {exc}"
-        rows = await _rows(cluster.dsn)
+        rows, contents = await _rows(cluster.dsn)
         journal_left = sorted(p.name for p in journal.iterdir()) if journal.exists() else []
-    return _report(
+    report = _report(
         config,
         requests,
         outcomes,
@@ -273,7 +374,82 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
         writes_done - started,
         evidence.success,
         close_error,
+        touched={v.path for v in verbs} | {v.target for v in verbs if v.target},
     )
+    report.update(_verbs_report(verbs, outcomes, rows, contents))
+    return report
+
+
+def _verbs_report(
+    verbs: list[_Verb],
+    outcomes: list[PendingWriteOutcome],
+    rows: dict[str, list[str | None]],
+    contents: dict[str, str],
+) -> dict[str, Any]:
+    """The verbs' accounting: one verdict per recorded UNAVAILABLE, acknowledged ones in the
+    database, and no acknowledged newer update overwritten by a re-issue."""
+    verdicts: dict[str, list[Verdict]] = {}
+    for outcome in outcomes:
+        verdicts.setdefault(outcome.intent.request_id, []).append(outcome.verdict)
+    counts: Counter[str] = Counter()
+    lost: list[str] = []
+    overwritten: list[str] = []
+    unaccounted: list[str] = []
+    unacknowledged: list[str] = []
+    acknowledged: dict[str, bool] = {}
+    for v in verbs:
+        counts[v.verb] += 1
+        answer, given = v.answer, verdicts.get(v.request_id, [])
+        if answer is None:
+            unaccounted.append(f"{v.verb} {v.path}: {v.problem}")
+            continue
+        if answer.rejection_reason is RejectionReason.UNAVAILABLE:
+            counts["unavailable"] += 1
+            counts["recorded"] += answer.recorded_for_reissue
+            if len(given) != (1 if answer.recorded_for_reissue else 0):
+                unaccounted.append(f"{v.verb} {v.path}: UNAVAILABLE then {len(given)} verdict(s)")
+            for verdict in given:
+                counts[f"verdict {verdict}"] += 1
+        elif not answer.success:
+            counts[f"judged {answer.rejection_reason}"] += 1
+        acknowledged[v.request_id] = answer.success or given == [Verdict.LANDED]
+    for v in verbs:
+        if not acknowledged.get(v.request_id) or v.newer:
+            continue
+        content = json.loads(contents[v.path]) if v.path in contents else None
+        if v.verb == "update":
+            newer = [n for n in verbs if n.newer and n.path == v.path]
+            if newer and acknowledged.get(newer[0].request_id):
+                continue  # judged with the newer one below
+            if content != v.content:
+                lost.append(f"update {v.path}: acknowledged, the row holds {content}")
+        elif v.verb == "delete" and v.path in rows:
+            lost.append(f"delete {v.path}: acknowledged, the row is there")
+        elif v.verb == "move" and (v.path in rows or rows.get(v.target or "") != [v.request_id]):
+            lost.append(f"move {v.path}: acknowledged, source/target not as moved")
+    for n in verbs:
+        if n.newer and acknowledged.get(n.request_id):
+            content = json.loads(contents[n.path]) if n.path in contents else None
+            if content != n.content:
+                overwritten.append(f"{n.path}: the newer update was overwritten: {content}")
+        elif n.newer or (n.verb == "update" and not acknowledged.get(n.request_id)):
+            held = json.loads(contents[n.path]) if n.path in contents else None
+            mine = [x for x in verbs if x.path == n.path and acknowledged.get(x.request_id)]
+            if not mine and held == n.content:
+                unacknowledged.append(f"{n.path}: applied, never acknowledged")
+    return {
+        "verbs": dict(counts),
+        "verbs_lost": len(lost),
+        "overwritten_newer": len(overwritten),
+        "verbs_unaccounted": len(unaccounted),
+        "verbs_applied_unacknowledged": len(unacknowledged),
+        "verbs_examples": {
+            "lost": lost[:5],
+            "overwritten": overwritten[:5],
+            "unaccounted": unaccounted[:5],
+            "applied_unacknowledged": unacknowledged[:5],
+        },
+    }
 
 
 def _report(
@@ -288,11 +464,15 @@ def _report(
     write_seconds: float,
     evidence_created: bool,
     close_error: str | None,
+    touched: set[str] | None = None,
 ) -> dict[str, Any]:
     duplicates_sql = int(rows.pop("__duplicates_by_sql__")[0] or 0)
     verdicts: dict[tuple[str, str], list[Verdict]] = {}
     details: dict[tuple[str, str], str] = {}
+    touched = touched or set()
     for outcome in outcomes:
+        if outcome.intent.verb != "create":
+            continue  # the verbs' verdicts: _verbs_report
         key = (outcome.intent.path, outcome.intent.request_id)
         verdicts.setdefault(key, []).append(outcome.verdict)
         details[key] = f"{outcome.reason}: {outcome.detail[:160]}"
@@ -311,6 +491,8 @@ def _report(
             continue
         if answer.success:
             counts["created"] += 1
+            if r.path in touched:
+                continue  # updated, deleted or moved since: the verbs' checks
             if not stored:
                 lost.append(f"{r.path}: answered created, not in the database")
             elif stored != [r.request_id]:
@@ -329,6 +511,8 @@ def _report(
             continue
         verdict = given[0]
         counts[str(verdict)] += 1
+        if r.path in touched:
+            continue
         if verdict in (Verdict.LANDED, Verdict.ALREADY_PRESENT):
             if not stored:
                 lost.append(f"{r.path}: verdict {verdict}, not in the database")
@@ -401,6 +585,11 @@ def table(report: dict[str, Any]) -> str:
         "write_phase_seconds",
         "store_close_error",
         "chaos",
+        "verbs",
+        "verbs_lost",
+        "overwritten_newer",
+        "verbs_unaccounted",
+        "verbs_applied_unacknowledged",
     ]
     width = max(len(k) for k in keys)
     return "\n".join(f"{k.ljust(width)}  {report[k]}" for k in keys)
@@ -417,6 +606,9 @@ def healthy(report: dict[str, Any]) -> bool:
         and report["journal_files_left"] == 0
         and report["recover_seconds"] is not None
         and report["store_close_error"] is None
+        and report["verbs_lost"] == 0
+        and report["overwritten_newer"] == 0
+        and report["verbs_unaccounted"] == 0
     )
 
 
