@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar, cast
 from reactivex import Observable, abc
 from reactivex.disposable import SerialDisposable
 
+from rxmesh._arguments import at_least
 from rxmesh.exceptions import SlowConsumerError
 from rxmesh.model import FrameKind, MeshNode, QueryFrame
 from rxmesh.operators import reopen_on_transient_fault_async, retry_transient_connect_async
@@ -170,10 +171,7 @@ def iterate(
         >>> async def main() -> list[int]:
         ...     return [item async for item in iterate(reactivex.of(1, 2))]
     """
-    if isinstance(max_pending, bool) or not isinstance(max_pending, int):
-        raise TypeError(f"max_pending must be an int, got {type(max_pending).__name__}")
-    if max_pending < 1:
-        raise ValueError(f"max_pending must be >= 1, got {max_pending}")
+    at_least("max_pending", max_pending, 1)
     if not isinstance(source, abc.ObservableBase):
         raise TypeError(f"source must be an observable, got {type(source).__name__}")
     return ObservableIterator(source, max_pending)

@@ -18,6 +18,7 @@ from typing import Any
 
 from loguru import logger
 
+from rxmesh._arguments import at_least, positive_seconds
 from rxmesh.diagnosis._fields import (
     DEFAULT_HISTORY,
     DEFAULT_LATE_THRESHOLD_SECONDS,
@@ -121,14 +122,9 @@ class LoopStallMonitor:
         gc_clock: Callable[[], float] = time.perf_counter,
         on_stall: Callable[[LoopStall], None] | None = None,
     ) -> None:
-        if not tick > 0:
-            raise ValueError(f"tick must be positive, got {tick!r}")
-        if not late_threshold > 0:
-            raise ValueError(f"late_threshold must be positive, got {late_threshold!r}")
-        if history < 1:
-            raise ValueError(f"history must be at least 1, got {history!r}")
-        self._tick = float(tick)
-        self._late_threshold = float(late_threshold)
+        self._tick = positive_seconds("tick", tick)
+        self._late_threshold = positive_seconds("late_threshold", late_threshold)
+        at_least("history", history, 1)
         self._clock = clock
         self._gc_clock = gc_clock
         self._on_stall = on_stall

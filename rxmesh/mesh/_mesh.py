@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 from reactivex import Observable, abc
 
+from rxmesh._arguments import require_callable
 from rxmesh.aio import first_value
 from rxmesh.cache import SyncedQueryCache, fold_query_frames
 from rxmesh.exceptions import MeshDisposedError
@@ -98,8 +99,7 @@ class Mesh:
 
             store = InMemoryStore()
         for index, validator in enumerate(validators):
-            if not callable(validator):
-                raise TypeError(f"validators[{index}] must be callable, got {validator!r}")
+            require_callable(f"validators[{index}]", validator)
         self._core = core = MeshCore(
             store,
             policy=policy if policy is not None else GrantPolicy(),

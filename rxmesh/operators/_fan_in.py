@@ -11,7 +11,6 @@ nothing.
 from __future__ import annotations
 
 import itertools
-import math
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ from loguru import logger
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 
+from rxmesh._arguments import positive_seconds
 from rxmesh._scheduling import resolve_scheduler
 from rxmesh.exceptions import QueryProviderStalledError
 from rxmesh.model import FrameKind, MeshNode, QueryFrame
@@ -86,11 +86,7 @@ def fan_in(
         TypeError: ``initial_budget`` is not a number, or a provider name is not a string.
         ValueError: ``initial_budget`` is not a finite number > 0.
     """
-    if isinstance(initial_budget, bool) or not isinstance(initial_budget, int | float):
-        raise TypeError(f"initial_budget must be a number of seconds, got {initial_budget!r}")
-    budget = float(initial_budget)
-    if not (budget > 0.0 and math.isfinite(budget)):
-        raise ValueError(f"initial_budget must be a finite number of seconds > 0, got {budget!r}")
+    budget = positive_seconds("initial_budget", initial_budget)
     names = tuple(providers)
     for name in names:
         if not isinstance(name, str):

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from loguru import logger
 from reactivex import abc
 
+from rxmesh._arguments import at_least, require_callable, validate_ladder
 from rxmesh.faults import is_standing_watch_transient, is_transient_connect_fault
 from rxmesh.instrumentation import _seam as _instrumentation
 
@@ -52,36 +53,6 @@ DEFAULT_MAX_CONSECUTIVE_REOPENS = 5
 
 OnReopen = Callable[[BaseException, int, float], object]
 """``on_reopen(fault, n, delay)``: ``n`` is the consecutive re-open about to be waited for."""
-
-
-def validate_ladder(name: str, ladder: Sequence[float], *, allow_empty: bool) -> tuple[float, ...]:
-    """Return ``ladder`` as a tuple of floats, refusing what no timer can wait (shared helper).
-
-    Raises:
-        TypeError: ``ladder`` is not a sequence of real numbers.
-        ValueError: a delay is negative or not finite, or the ladder is empty where one is needed.
-    """
-    if isinstance(ladder, str | bytes) or not isinstance(ladder, Sequence):
-        raise TypeError(f"{name} must be a sequence of seconds, got {type(ladder).__name__}")
-    result: list[float] = []
-    for step in ladder:
-        if isinstance(step, bool) or not isinstance(step, int | float):
-            raise TypeError(f"{name} must hold numbers of seconds, got {step!r}")
-        seconds = float(step)
-        if not seconds >= 0.0 or seconds == float("inf"):
-            raise ValueError(f"{name} must hold finite delays >= 0 seconds, got {step!r}")
-        result.append(seconds)
-    if not result and not allow_empty:
-        raise ValueError(f"{name} must not be empty")
-    return tuple(result)
-
-
-def require_callable(name: str, value: object, *, optional: bool = False) -> None:
-    """Raise ``TypeError`` naming ``name`` unless ``value`` is callable (or optional ``None``)."""
-    if value is None and optional:
-        return
-    if not callable(value):
-        raise TypeError(f"{name} must be callable, got {type(value).__name__}")
 
 
 async def scheduler_sleep(scheduler: abc.SchedulerBase | None, seconds: float) -> None:
@@ -222,10 +193,7 @@ class ReopenLadder:
     ) -> ReopenLadder:
         """A validated schedule (``TypeError``/``ValueError`` naming the bad argument)."""
         steps = validate_ladder("backoff", backoff, allow_empty=False)
-        if isinstance(max_consecutive, bool) or not isinstance(max_consecutive, int):
-            raise TypeError(f"max_consecutive must be an int, got {type(max_consecutive).__name__}")
-        if max_consecutive < 0:
-            raise ValueError(f"max_consecutive must be >= 0, got {max_consecutive}")
+        at_least("max_consecutive", max_consecutive, 0)
         require_callable("is_transient", is_transient)
         require_callable("on_reopen", on_reopen, optional=True)
         return cls(steps, max_consecutive, is_transient, on_reopen)
