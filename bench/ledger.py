@@ -19,6 +19,10 @@ Prints JSON lines:
 - ``recovery``: time from one piece of evidence to every verdict for N pending intents (default
   10,000), against creating the same nodes directly through the same mesh interface with the same
   concurrency. Uses ``Mesh(InMemoryStore())`` when both import; otherwise the line says why not.
+- ``recovery_<verb>`` for update, delete and move (issue 18): the same for N (``--verb-pending``,
+  default 5,000) update, delete or move intents, each based on version 1 (a compare-and-set),
+  against applying the same verb to the same number of nodes directly, same mesh interface and
+  concurrency, in the same run. Target ratio <= 2.
 
     python bench/ledger.py [--records N] [--pending N] [--repeats R] [--in-flight N]
                            [--bulk N] [--dir DIR]
@@ -56,7 +60,15 @@ from rxmesh.ledger import (
 )
 from rxmesh.ledger._journal import encode_journal_file, journal_file_name
 from rxmesh.model import AccessContext, ChangeFeedGap, MeshNode, StoreEvidence
-from rxmesh.operations import CreateNodeRequest, CreateNodeResponse
+from rxmesh.operations import (
+    CreateNodeRequest,
+    CreateNodeResponse,
+    CreateNodesRequest,
+    DeleteNodeRequest,
+    MoveNodeRequest,
+    NodeOperationResponse,
+    UpdateNodeRequest,
+)
 
 TARGET_RECORD_RATIO = 0.8
 TARGET_GROUP_PER_S = 5_000
@@ -460,6 +472,141 @@ def measure_recovery(n: int) -> dict[str, Any]:
     return asyncio.run(run())
 
 
+def _verb_request(verb: str, path: str, request_id: str) -> Any:
+    if verb == "update":
+        node = MeshNode(path=path, node_type="Doc", content={"title": "updated"})
+        return UpdateNodeRequest(
+            node=node, access=ACCESS, request_id=request_id, expected_version=1
+        )
+    if verb == "delete":
+        return DeleteNodeRequest(
+            path=path, access=ACCESS, request_id=request_id, expected_version=1
+        )
+    return MoveNodeRequest(
+        source=path, target=f"{path}m", access=ACCESS, request_id=request_id, expected_version=1
+    )
+
+
+def _verb_intent(verb: str, path: str, request_id: str) -> PendingWrite:
+    content: Any = {"title": "updated"} if verb == "update" else None
+    return PendingWrite(
+        node=MeshNode(path=path, node_type="Doc", content=content),
+        requester=ACCESS.user,
+        access=ACCESS,
+        request_id=request_id,
+        origin=verb,  # type: ignore[arg-type]
+        expected_version=1,
+        target=f"{path}m" if verb == "move" else None,
+    )
+
+
+async def _seeded(factory: Any, paths: list[str]) -> Any:
+    mesh = factory()
+    for start in range(0, len(paths), 1000):
+        nodes = tuple(
+            MeshNode(path=p, node_type="Doc", content={"title": p})
+            for p in paths[start : start + 1000]
+        )
+        done = await _first(mesh.create_nodes(CreateNodesRequest(nodes=nodes, access=ACCESS)))
+        assert done.success, done
+    return mesh
+
+
+async def _first(source: Any) -> Any:
+    from rxmesh.aio import first_value
+
+    return await first_value(source, timeout=600)
+
+
+async def _time_verb_direct(
+    mesh: Any, verb: str, paths: list[str], concurrency: int
+) -> tuple[float, int]:
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    answers: list[NodeOperationResponse] = []
+    send = {"update": mesh.update_node, "delete": mesh.delete_node, "move": mesh.move_node}[verb]
+
+    def on_error(error: Exception) -> None:
+        if not done.done():
+            done.set_exception(error)
+
+    def on_completed() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def one(path: str) -> Any:
+        return send(_verb_request(verb, path, f"direct-{path}"))
+
+    started = time.perf_counter()
+    reactivex.from_iterable(paths).pipe(
+        ops.map(one),
+        ops.merge(max_concurrent=concurrency),
+    ).subscribe(answers.append, on_error, on_completed)
+    await asyncio.wait_for(done, timeout=600)
+    return time.perf_counter() - started, sum(1 for a in answers if a.success)
+
+
+async def _time_verb_recovery(mesh: Any, verb: str, paths: list[str]) -> tuple[float, int]:
+    ledger = PendingWriteLedger()
+    for path in paths:
+        ledger.record(_verb_intent(verb, path, f"intent-{path}"))
+    evidence: Subject[StoreEvidence] = Subject()
+    facade = SimpleNamespace(
+        store=SimpleNamespace(answers_again=evidence),
+        create_node=mesh.create_node,
+        update_node=mesh.update_node,
+        delete_node=mesh.delete_node,
+        move_node=mesh.move_node,
+    )
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    outcomes: list[PendingWriteOutcome] = []
+
+    def on_outcome(outcome: PendingWriteOutcome) -> None:
+        outcomes.append(outcome)
+        if len(outcomes) == len(paths) and not done.done():
+            done.set_result(None)
+
+    ledger.outcomes.subscribe(on_outcome)
+    with PendingWriteRecovery(facade, ledger):
+        now = datetime.now(UTC)
+        started = time.perf_counter()
+        evidence.on_next(ChangeFeedGap(source="bench", lost_at=now, resumed_at=now, reason="bench"))
+        await asyncio.wait_for(done, timeout=600)
+        elapsed = time.perf_counter() - started
+    return elapsed, ledger.statistics().landed
+
+
+def measure_verb_recovery(verb: str, n: int) -> dict[str, Any]:
+    """Evidence to every verdict for ``n`` ``verb`` intents, against applying them directly."""
+    row: dict[str, Any] = {"bench": "ledger", "measure": f"recovery_{verb}", "intents": n}
+    factory, missing = _real_mesh()
+    if factory is None:
+        return {**row, "skipped": True, "note": missing}
+    paths = [f"bench/{verb}/d{i}" for i in range(n)]
+    concurrency = DEFAULT_MAX_CONCURRENT_REISSUES
+
+    async def run() -> dict[str, Any]:
+        direct_mesh = await _seeded(factory, paths)
+        direct, direct_ok = await _time_verb_direct(direct_mesh, verb, paths, concurrency)
+        recovery_mesh = await _seeded(factory, paths)
+        recovery, landed = await _time_verb_recovery(recovery_mesh, verb, paths)
+        ratio = recovery / direct
+        return {
+            **row,
+            "concurrency": concurrency,
+            "direct_s": round(direct, 4),
+            "direct_applied": direct_ok,
+            "recovery_s": round(recovery, 4),
+            "recovery_landed": landed,
+            "ratio": round(ratio, 3),
+            "target_ratio_at_most": 2.0,
+            "meets_target": ratio <= 2.0 and landed == n == direct_ok,
+        }
+
+    return asyncio.run(run())
+
+
 def main(argv: list[str]) -> None:
     """Print one JSON line per measure."""
     parser = argparse.ArgumentParser(prog=argv[0] if argv else "ledger.py")
@@ -470,13 +617,21 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--bulk", type=int, default=10_000)
     parser.add_argument("--control", type=int, default=1_000)
     parser.add_argument("--dir", default=None, help="where the journals are written")
+    parser.add_argument("--verb-pending", type=int, default=5_000)
+    parser.add_argument("--only-verbs", action="store_true", help="only the recovery_<verb> rows")
     args = parser.parse_args(argv[1:])
+    if args.only_verbs:
+        for verb in ("update", "delete", "move"):
+            print(json.dumps(measure_verb_recovery(verb, args.verb_pending)), flush=True)
+        return
     print(json.dumps(measure_records(args.records, args.repeats, args.dir)), flush=True)
     group = measure_group_commit(args.records, args.in_flight, args.repeats, args.dir)
     print(json.dumps(group), flush=True)
     steps = measure_loop_steps(args.in_flight, args.bulk, args.control, args.dir)
     print(json.dumps(steps), flush=True)
     print(json.dumps(measure_recovery(args.pending)), flush=True)
+    for verb in ("update", "delete", "move"):
+        print(json.dumps(measure_verb_recovery(verb, args.verb_pending)), flush=True)
 
 
 if __name__ == "__main__":

@@ -74,6 +74,16 @@ def test_the_recovery_measure_settles_every_intent_or_says_why_it_was_skipped() 
     assert row["ratio"] > 0
 
 
+@pytest.mark.parametrize("verb", ["update", "delete", "move"])
+def test_the_verb_recovery_measure_lands_every_intent(verb: str) -> None:
+    row = _load_bench().measure_verb_recovery(verb, 20)
+
+    assert row["measure"] == f"recovery_{verb}"
+    assert row["direct_applied"] == 20
+    assert row["recovery_landed"] == 20
+    assert row["ratio"] > 0
+
+
 def test_the_ledger_bench_prints_json_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -94,6 +104,8 @@ def test_the_ledger_bench_prints_json_lines(
             "3",
             "--dir",
             str(tmp_path),
+            "--verb-pending",
+            "10",
         ]
     )
 
@@ -103,6 +115,9 @@ def test_the_ledger_bench_prints_json_lines(
         "group_commit",
         "loop_steps",
         "recovery",
+        "recovery_update",
+        "recovery_delete",
+        "recovery_move",
     ]
     assert all(json.loads(line)["bench"] == "ledger" for line in lines)
 
