@@ -87,18 +87,46 @@ class Store(Protocol):
         """
         ...
 
-    def update(self, node: MeshNode) -> Observable[MeshNode | None]:
-        """Replace the content/type of an existing node (version + 1); ``None`` if absent."""
+    def update(
+        self,
+        node: MeshNode,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+        request_id: str | None = None,
+    ) -> Observable[MeshNode | None]:
+        """Replace the content/type of an existing node (version + 1); ``None`` if absent.
+
+        Compare-and-set: with ``expected_version`` (and ``expected_request_id``, the id of the
+        write that produced it) a row not at that version, by that write, errors with
+        :class:`~rxmesh.exceptions.StoreVersionConflictError` and changes nothing.
+        ``request_id`` becomes the row's (the id of its last write); a row already carrying it
+        is this request's landed update, emitted unchanged.
+        """
         ...
 
-    def delete(self, path: str) -> Observable[bool]:
-        """Delete the node at ``path`` (not its children); ``False`` if it was absent."""
+    def delete(
+        self,
+        path: str,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+    ) -> Observable[bool]:
+        """Delete the node at ``path`` (not its children); ``False`` if it was absent.
+        Compare-and-set as :meth:`update`."""
         ...
 
-    def move(self, source: str, target: str) -> Observable[MeshNode | None]:
+    def move(
+        self,
+        source: str,
+        target: str,
+        expected_version: int | None = None,
+        expected_request_id: str | None = None,
+        request_id: str | None = None,
+    ) -> Observable[MeshNode | None]:
         """Move a node to a free path in one transaction; ``None`` if ``source`` is absent.
 
-        A taken target errors with :class:`~rxmesh.exceptions.StoreConflictError`.
+        A taken target errors with :class:`~rxmesh.exceptions.StoreConflictError`. The source
+        is compared-and-set as :meth:`update`; ``request_id`` becomes the moved row's, and a
+        target carrying it (the source gone) is this request's landed move, emitted.
         """
         ...
 
