@@ -326,6 +326,24 @@ class _Changes:
         return frame
 
 
+async def _one_transaction(conn: _Connection, statements: str) -> None:
+    """``statements`` as ONE READ COMMITTED transaction in ONE round trip: a simple query that
+    carries its own ``BEGIN`` and ``COMMIT``. A failure part-way leaves the session in an
+    aborted transaction; it is rolled back before the error propagates (unchanged), so the
+    connection goes back to the pool clean (no reset query runs there)."""
+    try:
+        await conn.execute(f"BEGIN ISOLATION LEVEL READ COMMITTED;\n{statements}\nCOMMIT;")
+    except BaseException:
+        if not conn.is_closed() and conn.is_in_transaction():
+            try:
+                await conn.execute("ROLLBACK;")
+            except Exception as rollback:  # noqa: BLE001 - the first error is the one raised
+                logger.bind(error_type=type(rollback).__name__).debug(
+                    "rolling back a failed schema transaction failed too: {}", rollback
+                )
+        raise
+
+
 def _content_text(node: MeshNode) -> str | None:
     return None if node.content is None else json.dumps(node.content)
 
@@ -1047,9 +1065,10 @@ class PostgresStore:
         processes, and pooler-safe (no session state: every lock is transaction-scoped).
 
         Concurrent creators are serialised by ``pg_advisory_xact_lock`` on the schema's name, in
-        TWO short READ COMMITTED transactions (a transaction pooler keeps each on one server
-        connection, and the lock ends with it: nothing can be left held on a server connection
-        the pooler hands to someone else):
+        TWO short READ COMMITTED transactions, each ONE round trip (a simple query carrying its
+        own ``BEGIN`` and ``COMMIT``; a transaction pooler keeps each on one server connection,
+        and the lock ends with it: nothing can be left held on a server connection the pooler
+        hands to someone else):
 
         1. lock; create the schema unless a catalog QUERY finds it. Not ``CREATE SCHEMA IF NOT
            EXISTS``: its existence check reads the backend's catalog cache, which an advisory
@@ -1067,25 +1086,24 @@ class PostgresStore:
         lock = f"SELECT pg_advisory_xact_lock(hashtext({_literal(schema)}));"
         # READ COMMITTED whatever the server's default: the catalog query must see what the
         # predecessor committed while this transaction waited for the lock.
-        async with conn.transaction(isolation="read_committed"):
-            await conn.execute(
-                f"""{lock}
+        await _one_transaction(
+            conn,
+            f"""{lock}
                 DO $rxmesh$ BEGIN
                     IF NOT EXISTS (
                         SELECT FROM pg_catalog.pg_namespace WHERE nspname = {_literal(schema)}
                     ) THEN
                         CREATE SCHEMA {s};
                     END IF;
-                END $rxmesh$;"""
-            )
-        async with conn.transaction(isolation="read_committed"):
-            await self._create_schema(conn, s, lock)
+                END $rxmesh$;""",
+        )
+        await _one_transaction(conn, self._schema_sql(s, lock))
         self._ensured.add(partition)
 
-    async def _create_schema(self, conn: _Connection, s: str, lock: str) -> None:
+    def _schema_sql(self, s: str, lock: str) -> str:
+        """The table, the notify function and its triggers of schema ``s``, after ``lock``."""
         channel = self._channel.replace("'", "''")
-        await conn.execute(
-            f"""{lock}
+        return f"""{lock}
                 CREATE TABLE IF NOT EXISTS {s}.nodes (
                     path text PRIMARY KEY,
                     node_type text,
@@ -1138,7 +1156,6 @@ class PostgresStore:
                     REFERENCING OLD TABLE AS old_rows
                     FOR EACH STATEMENT EXECUTE FUNCTION {s}.rxmesh_notify();
                 """
-        )
 
     async def _with_schema(
         self,
