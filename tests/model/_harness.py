@@ -980,9 +980,12 @@ class Oracle:
                     if history[event.index].get(intent.path) is not None:
                         self.fail(_fail("success-row", None, f"LANDED {key} but the row is there"))
                 elif outcome.verdict is Verdict.LANDED:
+                    # The request's id was on the row at some point up to the verdict (a later
+                    # update or move re-stamps the row with its own id: the row keeps the id of
+                    # its last write). Request ids are unique, so that is its write landing.
                     where = intent.target if intent.verb == "move" else intent.path
-                    row = history[event.index].get(where or intent.path)
-                    if row is None or row.request_id != key[1]:
+                    rows = (state.get(where or intent.path) for state in history[: event.index + 1])
+                    if not any(row is not None and row.request_id == key[1] for row in rows):
                         self.fail(_fail("success-row", None, f"LANDED {key} but no such row"))
 
     def _on_answer(self, attempt: Attempt, response: Response | None) -> None:
