@@ -11,7 +11,8 @@ and the store applies it only if the node is still at that version and was writt
 write (compare-and-set): another write in between is VERSION_CONFLICT, never overwritten. The
 basis is what an UNAVAILABLE answer records with the intent, so the re-issue is the same
 compare-and-set. An update or move leaves its request id on the row, so its re-issue recognises
-its own landed write; a re-issued delete that finds the node gone is answered ``already_absent``.
+its own landed write; a re-issued delete that finds the node gone (or any delete whose node goes
+between its read and its delete) is answered success with ``already_absent``.
 """
 
 from __future__ import annotations
@@ -228,10 +229,13 @@ class Verbs:
                 basis = facts.basis = _basis(req, row)
                 _check(path, basis, row)
                 try:
-                    if await core.ask("delete", path, basis[0], basis[1]):
-                        return None
+                    deleted = await core.ask("delete", path, basis[0], basis[1])
                 except StoreVersionConflictError as exc:
                     raise _conflict(path, basis, exc.actual_version) from exc
+                # Gone between its read and its delete: an earlier try of this very call whose
+                # reply was lost (the ladder's retry), or another delete; either way, absent.
+                facts.already_absent = not deleted
+                return None
             if req.reissued_after_unavailable:
                 facts.already_absent = True  # the node is gone: what the delete asked for
                 return None

@@ -30,7 +30,7 @@ from rxmesh.operations import (
 )
 from rxmesh.providers._memory_verbs import MemoryVerbs
 from rxmesh.providers.memory import InMemoryStore
-from rxmesh.testing import FaultInjectingStore
+from rxmesh.testing import FaultInjectingStore, connection_reset_error
 from tests.helpers import Outcomes
 
 from .conftest import ALICE, BOB, FAST, make_mesh
@@ -326,3 +326,24 @@ def test_a_creates_log_entry_is_written_as_before_without_the_verb_fields() -> N
     assert b"expected_version" not in encode_put(create)
     assert b'"expected_version":3' in encode_put(update)
     assert create.key == "acme/a" and update.key == "acme/a update"
+
+
+async def test_a_delete_whose_lost_reply_is_retried_is_answered_already_absent() -> None:
+    """The first try deletes the node, then its connection dies (the reply is lost); the
+    ladder's retry finds the node gone: that is this delete, answered success, not 'no node'."""
+    mesh, store = make_mesh()
+    await mesh.create(doc("acme/a"), access=ALICE)
+    original, tries = store.adelete, []
+
+    async def reply_lost(path: str, *basis: Any) -> bool:
+        tries.append(path)
+        deleted = await original(path, *basis)
+        if len(tries) == 1:
+            raise connection_reset_error()
+        return deleted
+
+    store.adelete = reply_lost  # type: ignore[method-assign]
+    answer = await send(mesh, DeleteNodeRequest(path="acme/a", access=ALICE))
+    assert answer.success and answer.already_absent, answer
+    assert len(tries) == 2 and await first_value(store.read("acme/a")) is None
+    mesh.dispose()

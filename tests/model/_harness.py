@@ -758,10 +758,12 @@ class Oracle:
                 verb = attempt.kind
                 path = paths[0]
                 mine = [c for c in attempt.calls if c.op == verb and c.changed]
-                # the same request sent again (or re-issued) finds its own landed write: no write
-                already = getattr(response, "already_absent", False) or ever(
-                    lambda s: any(n.request_id == rid for n in s.values())
-                )
+                # the same request sent again (or re-issued) finds its own landed write: no write;
+                # a delete that found its node gone: gone at some point of its flight
+                absent = getattr(response, "already_absent", False)
+                if absent and not ever(lambda s: path not in s):
+                    self.fail(_fail("success-row", attempt, "already absent, yet never gone"))
+                already = absent or ever(lambda s: any(n.request_id == rid for n in s.values()))
                 if not mine and not already:
                     self.fail(_fail("success-row", attempt, f"success but no {verb} landed"))
                 if not ever(lambda s: may(s, user, verb, partition_of(path))):

@@ -136,6 +136,17 @@ def _delete_misses(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(InMemoryStore, "delete", delete)
 
 
+def _update_misses(mp: pytest.MonkeyPatch) -> None:
+    original = InMemoryStore.update
+
+    def update(self: InMemoryStore, node: MeshNode, *basis: Any) -> Observable[MeshNode | None]:
+        if is_system_path(node.path):
+            return original(self, node, *basis)
+        return reactivex.defer(lambda _: reactivex.of(None))
+
+    mp.setattr(InMemoryStore, "update", update)
+
+
 def _validation_is_unreachable(mp: pytest.MonkeyPatch) -> None:
     original = faults.is_store_unreachable
 
@@ -310,9 +321,15 @@ MUTANTS = (
     Mutant("grants-ignored", "forbidden-true", "the policy ignores grants", _grants_ignored),
     Mutant(
         "delete-misses",
-        "refusal-true",
+        "success-row",  # the delete read the node, so a miss is answered already absent
         "the store's delete misses a row that is there",
         _delete_misses,
+    ),
+    Mutant(
+        "update-misses",
+        "refusal-true",  # answered VERSION_CONFLICT ("gone") for a node nobody changed
+        "the store's update misses a row that is there",
+        _update_misses,
     ),
     Mutant(
         "validation-is-unreachable",
