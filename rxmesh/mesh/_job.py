@@ -1,5 +1,5 @@
 """What every job of the mesh works with: the shared core, the partitions' bootstrap, the
-pending writes and the one terminal arm (the create and the bulk are jobs; see _mesh.py)."""
+pending writes and the one terminal arm (the create, the bulk and the verbs are jobs)."""
 
 from __future__ import annotations
 

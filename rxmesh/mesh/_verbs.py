@@ -28,10 +28,8 @@ from rxmesh.exceptions import (
     StoreVersionConflictError,
 )
 from rxmesh.ledger import PendingWrite
-from rxmesh.mesh._answer import Attempt, AttemptFacts, TerminalArm
-from rxmesh.mesh._bootstrap import Partitions
-from rxmesh.mesh._core import MeshCore
-from rxmesh.mesh._pending import PendingWrites
+from rxmesh.mesh._answer import Attempt, AttemptFacts
+from rxmesh.mesh._job import Job
 from rxmesh.model import MeshNode, partition_of, validate_path
 from rxmesh.operations import (
     DeleteNodeRequest,
@@ -85,16 +83,8 @@ def _check(path: str, basis: _Basis, row: MeshNode) -> None:
         raise _conflict(path, basis, row.version)
 
 
-class Verbs:
+class Verbs(Job):
     """One mesh's update, delete and move."""
-
-    def __init__(
-        self, core: MeshCore, partitions: Partitions, pending: PendingWrites, arm: TerminalArm
-    ) -> None:
-        self._core = core
-        self._partitions = partitions
-        self._pending = pending
-        self._arm = arm
 
     def _attempt(
         self, req: _Request, operation: str, path: str, run: _Run, intent: _Intent
