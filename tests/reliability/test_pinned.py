@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 import asyncpg
 import pytest
 from reactivex import operators as ops
+from reactivex.testing import TestScheduler
 
 from rxmesh import AccessContext, Mesh, MeshNode
 from rxmesh.aio import first_value, from_async
@@ -201,8 +202,12 @@ async def test_a_create_whose_insert_committed_before_the_store_vanished_never_s
             proxy.dsn(private_db), schema_prefix=prefix, connect_timeout=0.5, command_timeout=2.0
         )
         await store.start()
-        # The retry waits 3 s: time enough, on a loaded machine, to see the row and cut the store.
-        mesh = Mesh(store, retry_delays=(3.0,), ledger=PendingWriteLedger(journal_dir=None))
+        # The retry's 3 s run in virtual time: it fires only once the row was seen and the store
+        # cut (a real 3 s timer lost that race on a loaded CI machine, and the retry landed).
+        clock = TestScheduler()
+        mesh = Mesh(
+            store, retry_delays=(3.0,), ledger=PendingWriteLedger(journal_dir=None), scheduler=clock
+        )
         admin = await asyncpg.connect(private_db, timeout=5.0)
         try:
             await mesh.create(MeshNode(path="p/seed", content={}), access=ALICE)
@@ -228,6 +233,10 @@ async def test_a_create_whose_insert_committed_before_the_store_vanished_never_s
                     await asyncio.sleep(0.005)
             proxy.refuse()  # the store vanishes before the retry (3 s later)
             proxy.reset()
+            async with asyncio.timeout(10.0):
+                while not answer_task.done():  # the ladder's timer: advanced until it has fired
+                    clock.advance_by(3.0)
+                    await asyncio.sleep(0.01)
             answer = await answer_task
             landed = await admin.fetchval(f"SELECT request_id FROM {table} WHERE path = 'p/x'")
         finally:
