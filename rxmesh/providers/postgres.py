@@ -1845,6 +1845,12 @@ class PostgresStore:
         """Gaps declared and commits announced (one per NOTIFY)."""
         return self._answers.subject
 
+    @property
+    def feed_is_whole(self) -> bool:
+        """Whether the change feed is listening now (what ``feed_statistics().state`` says,
+        without building the snapshot: the mesh asks before trusting facts it kept)."""
+        return self._feed.state is ChangeFeedState.LISTENING
+
     def feed_statistics(self) -> ChangeFeedStatistics:
         """The change feed's state and counters, as a frozen snapshot.
 
