@@ -443,6 +443,19 @@ def test_the_path_shortcut_accepts_only_what_the_path_rule_accepts(path: str) ->
         assert path_by_rule(path, allow_reserved=False) == path
 
 
+@pytest.mark.parametrize(
+    "path", ["_x", "a/_b", "a//b", "a/", "/a", ".", "a/..", "a/.b", "p" * 49, "a/" + "s" * 129]
+)
+def test_negative_control_the_shortcut_takes_no_path_the_rule_refuses_or_must_judge(
+    path: str,
+) -> None:
+    """The property above holds only if the shortcut is strict: paths the rule refuses (or
+    accepts only after a closer look, like '.b') never match it."""
+    from rxmesh._model_rules import PLAIN_PATH
+
+    assert PLAIN_PATH.fullmatch(path) is None
+
+
 def test_a_path_the_shortcut_does_not_know_is_judged_by_the_path_rule(tmp_path: Path) -> None:
     """Negative control of the property above: '.hidden' misses the shortcut but obeys the rule,
     so it is imported; '_x' is refused by the rule itself."""

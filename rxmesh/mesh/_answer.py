@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from loguru import logger
 from reactivex import Observable, abc
 
 from rxmesh.aio import _OneShot, _Subscribed
@@ -92,7 +93,6 @@ class TerminalArm:
         *,
         record: Recording | None = None,
         settle: Callable[[R], None] | None = None,
-        verdict: Judgement | None = None,
         **fields: Any,
     ) -> R:
         """The failure answer of ``kind`` for ``exc``.
@@ -100,9 +100,9 @@ class TerminalArm:
         When the store was away: the may-have-landed text (and ``outcome_unknown``, where the
         response has it) if a write may have committed; then ``record`` journals the intent and
         its note joins the text. A judged refusal keeps an outstanding intent's promise
-        (``settle``). ``verdict``: the judgement, when the caller already made it.
+        (``settle``).
         """
-        verdict = verdict if verdict is not None else self.judge(exc, facts)
+        verdict = self.judge(exc, facts)
         error = verdict.error
         if verdict.unreachable and facts.may_have_landed:
             error = verdict.annotate(describe_may_have_partially_landed(facts.operation))
@@ -137,40 +137,20 @@ def answer_once(
     attempt: Callable[[], Attempt[R]], verb: str, request_id: str, *, reissue: bool = False
 ) -> Observable[R]:
     """Per subscription, build a fresh attempt (its own state) and run it as one task on the
-    running loop; answer exactly one item, classified on any fault; disposing cancels the run
-    (and nothing is answered after it). ``verb`` and ``request_id`` name the operation for the
-    instruments (:mod:`rxmesh.instrumentation`; nothing is built while none is installed)."""
+    running loop (:func:`answer_now`); answer exactly one item; disposing cancels the run (and
+    nothing is answered after it). ``verb`` and ``request_id`` name the operation for the
+    instruments (:mod:`rxmesh.instrumentation`; nothing is built while none is installed).
+    ``first_value`` awaits :func:`answer_now` directly, with no task and no observable."""
 
     def subscribe(
         observer: abc.ObserverBase[R], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        run, on_fault, backstop = attempt()
-
         async def drive(task: _Subscribed) -> None:
-            def answer(response: R) -> None:
-                if not task.disposed:
-                    observer.on_next(response)
-                    observer.on_completed()
-
-            with _instrumentation.operation(verb, request_id=request_id, reissue=reissue) as op:
-                try:
-                    response = await run()
-                except asyncio.CancelledError as cancelled:
-                    if not task.disposed:  # a cancellation from inside the work is answered
-                        response = await on_fault(cancelled)
-                        op.answered(_outcome(response))
-                        answer(response)
-                    current = asyncio.current_task()
-                    if current is not None and current.cancelling():
-                        raise
-                    return
-                except Exception as exc:  # noqa: BLE001 - classified and answered, never dropped
-                    response = await on_fault(exc)
-                else:
-                    if response is None:
-                        response = backstop()
-                op.answered(_outcome(response))
-                answer(response)
+            # A disposal cancels this task: answer_now then re-raises, and nothing is answered.
+            response = await answer_now(attempt, verb, request_id, reissue=reissue)
+            if not task.disposed:
+                observer.on_next(response)
+                observer.on_completed()
 
         return _Subscribed(drive)
 
@@ -180,20 +160,32 @@ def answer_once(
 async def answer_now(
     attempt: Callable[[], Attempt[R]], verb: str, request_id: str, *, reissue: bool = False
 ) -> R:
-    """:func:`answer_once` for an in-process caller: the attempt awaited directly, with the same
-    classification (a cancellation from inside is answered; the caller's own cancellation
-    propagates: nobody is left to answer)."""
-    run, on_fault, _ = attempt()
+    """Run a fresh attempt and return its one answer, classified on any fault: a cancellation
+    from inside the work is answered; the caller's own cancellation (or a disposal) propagates,
+    as nobody is left to answer. A terminal arm that itself fails (a defect) still answers, with
+    the backstop's UNKNOWN, and the defect is logged at ERROR."""
+    run, on_fault, backstop = attempt()
     with _instrumentation.operation(verb, request_id=request_id, reissue=reissue) as op:
+        fault: BaseException | None = None
         try:
-            response = await run()
+            response: R | None = await run()
         except asyncio.CancelledError as cancelled:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
-            response = await on_fault(cancelled)
+            fault, response = cancelled, None
         except Exception as exc:  # noqa: BLE001 - classified and answered, never dropped
-            response = await on_fault(exc)
+            fault, response = exc, None
+        if fault is not None:
+            try:
+                response = await on_fault(fault)
+            except Exception as defect:  # noqa: BLE001 - logged at ERROR, answered UNKNOWN
+                logger.bind(event="unexpected", verb=verb, error_type=type(defect).__name__).opt(
+                    exception=defect
+                ).error("the terminal arm of a {} failed: {}", verb, defect)
+                response = None
+        if response is None:
+            response = backstop()
         op.answered(_outcome(response))
         return response
 
