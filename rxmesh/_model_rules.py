@@ -22,6 +22,7 @@ __all__ = [
     "MAX_SEGMENT_LENGTH",
     "MAX_USER_ID_LENGTH",
     "USER_ID_RULE",
+    "content_certainly_fits",
     "is_reserved_path",
     "partition_of",
     "validate_content",
@@ -265,3 +266,80 @@ def validate_content(path: str, content: object) -> None:
             raise NodeValidationError(
                 f"node '{path}': {where} is a {type(value).__name__}, not JSON", path=path
             )
+
+
+_INT_BOUND = 1 << 63
+"""Integers of fewer than 64 bits take at most 20 characters of JSON."""
+_SCALAR_BYTES: dict[type, int] = {bool: 5, type(None): 4}
+"""The most JSON characters a value of these types takes."""
+
+
+def content_certainly_fits(content: object) -> bool:
+    """``True`` only if :func:`validate_content` accepts ``content`` AND its JSON text
+    (``json.dumps(content, ensure_ascii=False)`` in UTF-8) is at most :data:`MAX_CONTENT_BYTES`;
+    ``False`` means "judge it by those rules" (it may well be valid).
+
+    One walk without a location string per value and without encoding: exact ``dict`` (string
+    keys), ``list``, ``str``, ``int`` of fewer than 64 bits, finite ``float``, ``bool`` and
+    ``None`` only (a subclass, a tuple, anything else: ``False``), no container at a depth of
+    :data:`MAX_CONTENT_DEPTH` or more, no NUL or lone surrogate, and an upper bound of the JSON
+    text's size within the limit: a string's character is at most 6 bytes (``\\u001f``), an
+    integer 20 characters, a float 24, each container's brackets 2, separators 2 an item."""
+    budget = MAX_CONTENT_BYTES
+    stack: list[tuple[object, int]] = [(content, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if type(value) is dict:
+            if depth >= MAX_CONTENT_DEPTH:
+                return False
+            budget -= 2
+            for key, item in value.items():
+                if type(key) is not str or not _fine_text(key):
+                    return False
+                budget -= 6 * len(key) + 6  # quotes, ": " and ", "
+                cost = _scalar_cost(item)
+                if cost < 0:
+                    if type(item) is not dict and type(item) is not list:
+                        return False
+                    stack.append((item, depth + 1))
+                else:
+                    budget -= cost
+        elif type(value) is list:
+            if depth >= MAX_CONTENT_DEPTH:
+                return False
+            budget -= 2
+            for item in value:
+                cost = _scalar_cost(item)
+                if cost < 0:
+                    if type(item) is not dict and type(item) is not list:
+                        return False
+                    stack.append((item, depth + 1))
+                else:
+                    budget -= cost + 2
+        else:
+            cost = _scalar_cost(value)
+            if cost < 0:
+                return False
+            budget -= cost
+        if budget < 0:
+            return False
+    return True
+
+
+def _fine_text(text: str) -> bool:
+    """No NUL, no lone surrogate (``_storable_text`` says ``None``), judged cheaply."""
+    if text.isascii():
+        return "\x00" not in text
+    return _UNSTORABLE.search(text) is None
+
+
+def _scalar_cost(value: object) -> int:
+    """An upper bound of a plain scalar's JSON size in bytes; -1 for anything else (a container,
+    a subclass, a string that cannot be stored, a non-finite float, a large integer)."""
+    if type(value) is str:
+        return 6 * len(value) + 2 if _fine_text(value) else -1
+    if type(value) is int:
+        return 20 if -_INT_BOUND < value < _INT_BOUND else -1
+    if type(value) is float:
+        return 24 if value - value == 0.0 else -1  # NaN and the infinities give NaN
+    return _SCALAR_BYTES.get(type(value), -1)

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from reactivex import Observable, abc
 from reactivex.subject import Subject
 
+from rxmesh._model_rules import content_certainly_fits
 from rxmesh.exceptions import NodeAccessDeniedError, NodeValidationError
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.mesh._access import AccessPolicy
@@ -137,6 +138,10 @@ class MeshCore:
     def fail_fast(self, node: MeshNode, access: AccessContext | None) -> None:
         """Checks that need no store: type/content presence, content size.
 
+        Content is judged in one walk (:func:`~rxmesh._model_rules.content_certainly_fits`)
+        and, unless that finds it certainly storable and small enough, by
+        :func:`~rxmesh.model.validate_content` and its exact size as JSON (which names why).
+
         The path (reserved segments are the system's) was checked when the request was parsed
         (:func:`rxmesh.mesh._requests.check_strings`, every verb's entry point), with the same
         requester: it is not checked again here.
@@ -145,8 +150,11 @@ class MeshCore:
             raise NodeValidationError(
                 f"node '{node.path}' has neither a node_type nor content", path=node.path
             )
-        if node.content is not None:
-            validate_content(node.path, node.content)
+        content = node.content
+        if content is not None and not content_certainly_fits(content):
+            # The rules themselves (the shortcut said "not certainly"): the same decision and
+            # text as ever, named by the rule that refuses.
+            validate_content(node.path, content)
             size = len(json.dumps(node.content, ensure_ascii=False, allow_nan=False).encode())
             if size > MAX_CONTENT_BYTES:
                 raise NodeValidationError(
