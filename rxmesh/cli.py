@@ -11,6 +11,7 @@ stderr sink for rxmesh records while it runs; both are undone when :func:`main` 
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -187,15 +188,25 @@ def run() -> None:
     """The process entry point (``rxmesh`` and ``python -m rxmesh``).
 
     The CLI owns its process, so it drops loguru's default stderr handler (which would print every
-    rxmesh line a second time next to the CLI's own sink) before running :func:`main`.
+    rxmesh line a second time next to the CLI's own sink) before running :func:`main`, and
+    freezes what start-up allocated (:func:`main`'s ``freeze``).
     """
     logger.remove()
-    raise SystemExit(main())
+    raise SystemExit(main(freeze=True))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+def main(argv: Sequence[str] | None = None, *, freeze: bool = False) -> int:
+    """Run the CLI with ``argv`` (default: ``sys.argv[1:]``); returns the exit code.
+
+    ``freeze``: once the command's modules are imported, move every object allocated so far out
+    of the cyclic collector's reach (:func:`gc.freeze`; they live as long as the process anyway),
+    so its full collections during a long command (an import allocates per node) scan only what
+    the command made: about a tenth of an import's CPU. For a process the CLI owns
+    (:func:`run`); a caller's own process is left alone.
+    """
     args = _parser(argv).parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
+    if freeze:
+        gc.freeze()
     with _logging(args.log_level):
         return run(args)
