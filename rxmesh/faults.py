@@ -204,8 +204,30 @@ def is_transient_connect_fault(exc: BaseException | None) -> bool:
     """
     if exc is None:
         return False
-    return _unreachable(exc, _Walk(), db_seen=False)
+    # The usual chain (a few frames, no group, no revisit) is judged in one plain loop; any
+    # other shape takes the full walk. Both apply the same rule, frame by frame.
+    visited: list[BaseException] = []
+    db_seen = False
+    current: BaseException | None = exc
+    while current is not None:
+        if len(visited) == _SHORT_CHAIN or isinstance(current, BaseExceptionGroup):
+            return _unreachable(exc, _Walk(), db_seen=False)
+        for earlier in visited:
+            if earlier is current:
+                return _unreachable(exc, _Walk(), db_seen=False)
+        visited.append(current)
+        if is_db_frame(current):
+            if getattr(current, "sqlstate", None) in TRANSIENT_CONNECT_SQLSTATES:
+                return True
+            db_seen = True
+        elif db_seen and _is_network_frame(current):
+            return True
+        current = _next_frame(current)
+    return False
 
+
+_SHORT_CHAIN = 8
+"""Frames :func:`is_transient_connect_fault` judges without the full walk's bookkeeping."""
 
 is_store_unreachable = is_transient_connect_fault
 """The same object as :func:`is_transient_connect_fault`, named for the node-operation layer."""

@@ -21,13 +21,18 @@ means "the target is taken" (move) and a missing node is ``VALIDATION_FAILED`` n
 
 from __future__ import annotations
 
-import uuid
+import os
 from enum import StrEnum
+from types import NoneType
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rxmesh.model import AccessContext, MeshNode, NodePath, RequestId
+
+_put = object.__setattr__
+_DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
+"""Per response class, its fields' defaults in declaration order (``NodeResponse._built``)."""
 
 __all__ = [
     "CreateNodeRequest",
@@ -46,8 +51,12 @@ __all__ = [
 
 
 def new_request_id() -> str:
-    """A fresh request id (a UUID4 in hex)."""
-    return uuid.uuid4().hex
+    """A fresh request id (a UUID4 in hex): what ``uuid.uuid4().hex`` returns, made without the
+    ``UUID`` object (every request that does not bring its own id pays for it)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    return raw.hex()
 
 
 class RejectionReason(StrEnum):
@@ -106,9 +115,40 @@ class NodeResponse(BaseModel):
         unknown = set(fields) - set(cls.model_fields)
         if unknown:
             raise TypeError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
-        return cls.model_construct(
-            request_id=request_id, success=False, rejection_reason=reason, error=error, **fields
+        return cls._built(
+            {
+                "request_id": request_id,
+                "success": False,
+                "rejection_reason": reason,
+                "error": error,
+                **fields,
+            }
         )
+
+    @classmethod
+    def _built(cls, given: dict[str, Any]) -> Self:
+        """``model_construct(**given)`` without its per-field defaulting: the other fields take
+        their declared defaults, all constants (None, False, ``()``), copied from one dict made
+        once per class. Every response's field set is exactly ``given``'s keys, as with
+        ``model_construct``; ``given`` holds only declared fields (the callers check)."""
+        defaults = _DEFAULTS.get(cls)
+        if defaults is None:
+            defaults = {}
+            for name, field in cls.model_fields.items():
+                if field.default_factory is not None or not isinstance(
+                    field.default, str | bool | int | tuple | NoneType
+                ):
+                    return cls.model_construct(**given)  # not a constant: pydantic's way
+                defaults[name] = field.default
+            _DEFAULTS[cls] = defaults
+        values = dict(defaults)
+        values.update(given)
+        response = cls.__new__(cls)
+        _put(response, "__dict__", values)
+        _put(response, "__pydantic_fields_set__", set(given))
+        _put(response, "__pydantic_extra__", None)
+        _put(response, "__pydantic_private__", None)
+        return response
 
 
 class CreateNodeRequest(BaseModel):
@@ -157,7 +197,7 @@ class CreateNodeResponse(NodeResponse):
         """A success answer carrying the stored node (a :class:`MeshNode` already)."""
         if not isinstance(node, MeshNode):
             raise TypeError(f"node must be a MeshNode, got {type(node).__name__}")
-        return cls.model_construct(request_id=request_id, success=True, node=node)
+        return cls._built({"request_id": request_id, "success": True, "node": node})
 
 
 class CreateNodesRequest(BaseModel):

@@ -131,3 +131,48 @@ def test_a_stalled_query_anywhere_reachable_is_standing_watch_transient(
     frames.insert(position, QueryProviderStalledError(["p"], 15.0))
     how = data.draw(st.lists(reachable_links, min_size=len(frames), max_size=len(frames)))
     assert is_standing_watch_transient(link(frames, how)) is True
+
+
+def _full_walk(exc: BaseException) -> bool:
+    """The rule as the full walk applies it (what the short-chain loop must agree with)."""
+    from rxmesh.faults import _unreachable, _Walk
+
+    return _unreachable(exc, _Walk(), db_seen=False)
+
+
+every_frame = st.one_of(
+    any_frames,
+    st.builds(FakeDbError, st.sampled_from(sorted(TRANSIENT_CONNECT_SQLSTATES))),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(every_frame, min_size=1, max_size=12),
+    st.lists(links, max_size=12),
+    st.one_of(st.none(), st.integers(min_value=0, max_value=11)),
+)
+def test_the_short_chain_loop_agrees_with_the_full_walk(
+    frames: list[BaseException], how: list[Link], back_to: int | None
+) -> None:
+    """``is_transient_connect_fault`` judges a short plain chain in a loop of its own and hands
+    every other shape (a group, a revisit, more than 8 frames) to the full walk: over chains of
+    up to 12 frames, some leading back to an earlier frame, both answer alike."""
+    head = link(frames, how)
+    if back_to is not None and back_to < len(frames):
+        frames[-1].__cause__ = frames[back_to]  # a chain that leads back (a revisit)
+    assert is_transient_connect_fault(head) == _full_walk(head)
+
+
+def test_negative_control_a_revisit_is_not_judged_twice() -> None:
+    """The case the revisit check exists for: network frame -> non-transient DB frame -> back
+    to the network frame. The walk stops at the revisit (False); judging the network frame a
+    second time, now with a DB frame seen, would answer True."""
+    network = ConnectionResetError(104, "reset")
+    db = FakeDbError("42P01")
+    network.__cause__ = db
+    db.__cause__ = network
+    assert is_transient_connect_fault(network) is False
+    assert _full_walk(network) is False
+    grouped = ExceptionGroup("g", [FakeDbError("08006")])
+    assert is_transient_connect_fault(grouped) is True  # a group goes to the full walk

@@ -76,6 +76,8 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 def _candidates() -> tuple[LoopStallMonitor, ...]:
     monitors = active_monitors()
+    if not monitors:  # the usual case of an answer: nothing to consult, no loop to look up
+        return monitors
     loop = _running_loop()
     if loop is not None:
         own = tuple(m for m in monitors if m.loop is loop)
