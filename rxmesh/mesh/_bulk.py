@@ -66,15 +66,16 @@ class Bulk(Job):
 
     def refusal(self, req: CreateNodesRequest) -> CreateNodesResponse | None:
         """Phase 0: the batch's refusal naming its first offender, or ``None``."""
-        seen: set[str] = set()
-        for node in req.nodes:
-            if node.path in seen:
-                return CreateNodesResponse.fail(
-                    req.request_id,
-                    RejectionReason.INVALID_PATH,
-                    f"path '{node.path}' appears more than once in the batch",
-                )
-            seen.add(node.path)
+        if len({node.path for node in req.nodes}) < len(req.nodes):
+            seen: set[str] = set()
+            for node in req.nodes:  # name the first path met again
+                if node.path in seen:
+                    return CreateNodesResponse.fail(
+                        req.request_id,
+                        RejectionReason.INVALID_PATH,
+                        f"path '{node.path}' appears more than once in the batch",
+                    )
+                seen.add(node.path)
         access = req.access
         if access is None and req.nodes[0].created_by:
             access = AccessContext(user=req.nodes[0].created_by)
@@ -128,7 +129,7 @@ class Bulk(Job):
             else:
                 state.already_present.append(node.path)
         content_error: NodeValidationError | None = None
-        for node in todo:
+        for node in todo if core.validators or core.node_types is not None else ():
             try:
                 core.validate_content(node, access)
             except NodeValidationError as exc:
@@ -165,9 +166,10 @@ class Bulk(Job):
                     state.already_present.append(path)
         mine = {**state.earlier, **state.landed}
         created = tuple(mine[p] for p in paths if p in mine)
-        for node in created:
-            if node.path in state.landed:
-                core.created.on_next(node)
+        if core.created.observers:  # nobody watches (a CLI import): no call per node
+            for node in created:
+                if node.path in state.landed:
+                    core.created.on_next(node)
         response = CreateNodesResponse(
             request_id=req.request_id,
             success=True,
