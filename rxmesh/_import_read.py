@@ -38,17 +38,24 @@ __all__ = [
     "check_node",
     "count_entries",
     "read_directory",
+    "read_stream",
     "read_windows",
     "trusted_node",
 ]
 
 _KEYS = frozenset({"path", "node_type", "content"})
-_GIVEN = frozenset({"path", "node_type", "content"})
-"""The fields an entry gives (what ``MeshNode(path=..., node_type=..., content=...)`` sets)."""
+_GIVEN = {"path", "node_type", "content"}
+"""The fields an entry gives (what ``MeshNode(path=..., node_type=..., content=...)`` sets):
+one set shared by every node built here (a frozen model never adds to it, and a copy of one
+copies it first), as :func:`rxmesh.mesh._core.stamp` shares its own."""
 _SUFFIXES = frozenset({".json", ".jsonl"})
 
 _PLAIN_PATH = PLAIN_PATH
 _NODE_TYPE = re.compile(NODE_TYPE_PATTERN)
+_NODE_TYPES_SEEN: set[str] = set()
+"""Node types that matched :data:`NODE_TYPE_PATTERN` (an import names a few, once a node each):
+a set lookup instead of a match. Bounded by :data:`_NODE_TYPES_KEPT`."""
+_NODE_TYPES_KEPT = 1024
 _JSON_SPACE = " \t\n\r"
 _raw_decode = json.JSONDecoder().raw_decode
 _BLOCK = 1 << 18
@@ -103,7 +110,7 @@ def trusted_node(path: str, node_type: str | None, content: object) -> MeshNode:
         "request_id": None,
     }
     object.__setattr__(node, "__dict__", fields)
-    object.__setattr__(node, "__pydantic_fields_set__", set(_GIVEN))
+    object.__setattr__(node, "__pydantic_fields_set__", _GIVEN)
     object.__setattr__(node, "__pydantic_extra__", None)
     object.__setattr__(node, "__pydantic_private__", None)
     return node
@@ -154,8 +161,11 @@ def _entry(value: object, prefix: str) -> MeshNode:
     if node_type is None and content is None:
         raise ValueError(f"node '{full}' has neither a node_type nor content")
     node = trusted_node(full, node_type, content)
-    if node_type is not None and _NODE_TYPE.fullmatch(node_type) is None:
-        check_node(node)  # raises, saying why as the model does
+    if node_type is not None and node_type not in _NODE_TYPES_SEEN:
+        if _NODE_TYPE.fullmatch(node_type) is None:
+            check_node(node)  # raises, saying why as the model does
+        elif len(_NODE_TYPES_SEEN) < _NODE_TYPES_KEPT:
+            _NODE_TYPES_SEEN.add(node_type)
     return node
 
 
@@ -284,18 +294,35 @@ def read_windows(
         NotADirectoryError: ``directory`` is not a directory.
         InvalidPathError: ``partition`` is not a valid partition name.
     """
+    files, stream = read_stream(directory, partition=partition, window=window)
+    return files, (read for read in stream if read is not None)
+
+
+def read_stream(
+    directory: str | os.PathLike[str],
+    *,
+    partition: str | None = None,
+    window: int = 1000,
+    pause_every: int = 0,
+) -> tuple[int, Iterator[Window | None]]:
+    """:func:`read_windows`, with a ``None`` between two windows' entries every
+    ``pause_every`` entries read (0: never): where an asynchronous reader lets its event loop
+    run (the windows already sent go on meanwhile). The windows are the same."""
     root = Path(directory)
     if not root.is_dir():
         raise NotADirectoryError(f"{directory} is not a directory")
     prefix = _check_partition(partition)
     files = _files(root)
-    return len(files), _windows(root, files, prefix, window)
+    return len(files), _windows(root, files, prefix, window, pause_every)
 
 
-def _windows(root: Path, files: list[Path], prefix: str, window: int) -> Iterator[Window]:
+def _windows(
+    root: Path, files: list[Path], prefix: str, window: int, pause_every: int
+) -> Iterator[Window | None]:
     names: list[str] = []
     first_seen: dict[str, int] = {}  # path -> file index << 32 | line (0: a lone .json value)
     current = Window([], [])
+    pause = countdown = pause_every or -1  # -1: never 0, never a pause
     for file in files:
         shown = str(file.relative_to(root))
         names.append(shown)
@@ -324,6 +351,12 @@ def _windows(root: Path, files: list[Path], prefix: str, window: int) -> Iterato
             if len(current.items) >= window:
                 yield current
                 current = Window([], [])
+                countdown = pause
+            elif countdown:
+                countdown -= 1
+            else:
+                yield None
+                countdown = pause
     if current.items or current.problems:
         yield current
 

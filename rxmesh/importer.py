@@ -43,7 +43,7 @@ from rxmesh._import_read import (
     check_node,
     count_entries,
     read_directory,
-    read_windows,
+    read_stream,
 )
 from rxmesh._import_report import (
     EXIT_OK,
@@ -87,6 +87,11 @@ DEFAULT_IMPORT_WINDOW = 1000
 DEFAULT_IMPORT_USER = "importer"
 """The requester of the import's creates unless ``--user`` is given."""
 
+_PAUSE_EVERY = 50
+"""Entries read between two turns of the event loop while a window is read: the windows in
+flight take their next step meanwhile (an answered existence read goes on to its write), so
+the store works while the next window is read, not after."""
+
 _REFUSED_AS_INPUT = frozenset({RejectionReason.INVALID_PATH, RejectionReason.VALIDATION_FAILED})
 """Refusals of a window that may name one bad entry of it: each entry is then checked alone."""
 
@@ -123,7 +128,9 @@ async def import_directory(
     in the report). Raises ``NotADirectoryError`` for a missing directory.
     """
     started = time.monotonic()
-    files, windows = read_windows(directory, partition=partition, window=window)
+    files, windows = read_stream(
+        directory, partition=partition, window=window, pause_every=_PAUSE_EVERY
+    )
     journal = mesh.ledger.journal_dir
     report = ImportReport(
         store=mesh.store.name,
@@ -149,6 +156,9 @@ async def import_directory(
 
     try:
         for read in windows:
+            if read is None:  # mid-window: let the windows in flight go on (their next step)
+                await asyncio.sleep(0)
+                continue
             report.items += len(read.items) + len(read.problems)
             report.refused.extend(read.problems)
             done += len(read.problems)  # the bar counts entries, as its total does
