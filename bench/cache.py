@@ -42,6 +42,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -230,10 +231,11 @@ def _release_all(mesh: Mesh) -> None:
 class _Lab:
     """One store, one mesh, one partition of ``rows`` rows, under a prefix of the bench's own."""
 
-    def __init__(self, dsn: str, rows: int) -> None:
+    def __init__(self, dsn: str, rows: int, *, stamped: bool = True) -> None:
 
         self.dsn = dsn
         self.rows = rows
+        self.stamped = stamped
         self.prefix = f"rxb{uuid.uuid4().hex[:8]}_"
         self.store = PostgresStore(
             dsn, schema_prefix=self.prefix, max_size=4, reconnect_backoff=(0.05,)
@@ -262,8 +264,19 @@ class _Lab:
 
         setattr(self.store, name, counting)
         await self.store.awrite(MeshNode(path=f"{PARTITION}/seed", node_type="Row", version=1))
+        # Rows as the mesh writes them (creator, creation time and request id stamped), or
+        # with those columns NULL (``--bare-rows``: the rows of the figures before this option).
+        at = datetime.now(UTC) if self.stamped else None
         records = [
-            (f"{PARTITION}/r{i:06d}", "Row", json.dumps({"i": i}), None, None, 1, None)
+            (
+                f"{PARTITION}/r{i:06d}",
+                "Row",
+                json.dumps({"i": i}),
+                "bench" if self.stamped else None,
+                at,
+                1,
+                uuid.uuid4().hex if self.stamped else None,
+            )
             for i in range(self.rows - 1)
         ]
         conn = await asyncpg.connect(self.dsn)
@@ -420,6 +433,7 @@ async def _latency(lab: _Lab, writers: int, seconds: float) -> dict[str, Any]:
     row: dict[str, Any] = {
         "bench": "live_delta_latency",
         "rows": lab.rows,
+        "stamped_rows": lab.stamped,
         "writers": writers,
         "written": written,
         "writes_per_s": round(written / seconds),
@@ -474,6 +488,12 @@ async def _initials(lab: _Lab, repeat: int) -> dict[str, Any]:
     gc_seconds: dict[str, list[float]] = {name: [] for name, _ in sides}
     for round_ in range(repeat):
         for name, side in sides[round_ % 3 :] + sides[: round_ % 3]:
+            # A released query's task ends on the loop's next turns; until then its snapshot is
+            # alive, and the side measured next would walk it in every full GC pass (before
+            # this wait, the mesh's rounds after the first ran in a heap of 143k objects, not
+            # 43k).
+            for _ in range(5):
+                await asyncio.sleep(0)
             gc.collect()
             with _GcClock() as clock:
                 times[name].append(await side())
@@ -482,6 +502,7 @@ async def _initials(lab: _Lab, repeat: int) -> dict[str, Any]:
     return {
         "bench": "live_initial",
         "rows": lab.rows,
+        "stamped_rows": lab.stamped,
         "repeat": repeat,
         "raw_fetch_ms": _ms(medians["raw"]),
         "store_initial_ms": _ms(medians["store"]),
@@ -609,6 +630,7 @@ async def _gaps(lab: _Lab, repeat: int) -> dict[str, Any]:
     return {
         "bench": "live_gap",
         "rows": lab.rows,
+        "stamped_rows": lab.stamped,
         "repeat": repeat,
         "raw_fetch_ms": _ms(fetch),
         "store_recovery_ms": _ms(statistics.median(recoveries["store"])),
@@ -642,12 +664,13 @@ async def measure_live(
     writers: tuple[int, ...] = (1, 8),
     seconds: float = 3.0,
     repeat: int = 3,
+    stamped: bool = True,
 ) -> list[dict[str, Any]]:
     """Every live-query figure, one dict (one JSON line) each: per size, the Initial against the
     raw fetch, the delta latency per writer count, and the gap's recovery and worst loop step."""
     lines: list[dict[str, Any]] = []
     for size in rows:
-        async with _Lab(dsn, size) as lab:
+        async with _Lab(dsn, size, stamped=stamped) as lab:
             lines.append(await _initials(lab, repeat))
             for count in writers:
                 lines.append(await _latency(lab, count, seconds))
@@ -663,10 +686,17 @@ async def live_main(argv: list[str]) -> None:
     parser.add_argument("--writers", default="1,8")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--bare-rows",
+        action="store_true",
+        help="rows with created_by, created_at and request_id NULL (no mesh writes such rows)",
+    )
     args = parser.parse_args(argv)
     sizes = tuple(int(n) for n in args.rows.split(","))
     counts = tuple(int(n) for n in args.writers.split(","))
-    for line in await measure_live(args.dsn, sizes, counts, args.seconds, args.repeat):
+    for line in await measure_live(
+        args.dsn, sizes, counts, args.seconds, args.repeat, stamped=not args.bare_rows
+    ):
         print(json.dumps(line), flush=True)
 
 
