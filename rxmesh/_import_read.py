@@ -16,7 +16,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -87,11 +87,20 @@ class ImportProblem:
 
 @dataclass(slots=True)
 class Window:
-    """Up to ``window`` entries read in file order: the nodes that passed the input checks and
-    the problems met among them (each naming its file and line)."""
+    """Up to ``window`` entries read in file order: the nodes that passed the input checks (with
+    the file and line of each, side by side) and the problems met among them (each naming its
+    file and line)."""
 
-    items: list[ImportItem]
-    problems: list[ImportProblem]
+    nodes: list[MeshNode] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    lines: list[int | None] = field(default_factory=list)
+    problems: list[ImportProblem] = field(default_factory=list)
+
+    @property
+    def items(self) -> list[ImportItem]:
+        """The nodes with where each was read (built when asked: a window that lands whole
+        needs none)."""
+        return list(map(ImportItem, self.nodes, self.files, self.lines))
 
 
 def trusted_node(path: str, node_type: str | None, content: object) -> MeshNode:
@@ -321,7 +330,7 @@ def _windows(
 ) -> Iterator[Window | None]:
     names: list[str] = []
     first_seen: dict[str, int] = {}  # path -> file index << 32 | line (0: a lone .json value)
-    current = Window([], [])
+    current = Window()
     pause = countdown = pause_every or -1  # -1: never 0, never a pause
     for file in files:
         shown = str(file.relative_to(root))
@@ -342,22 +351,24 @@ def _windows(
                     earlier = first_seen.get(path)
                     if earlier is None:
                         first_seen[path] = mark | (line or 0)
-                        current.items.append(ImportItem(node, shown, line))
+                        current.nodes.append(node)
+                        current.files.append(shown)
+                        current.lines.append(line)
                     else:
                         first, at = names[earlier >> 32], earlier & 0xFFFFFFFF
                         where = f"{first}:{at}" if at else first
                         reason = f"duplicate path '{path}' (first at {where})"
                         current.problems.append(ImportProblem(shown, line, reason, path))
-            if len(current.items) >= window:
+            if len(current.nodes) >= window:
                 yield current
-                current = Window([], [])
+                current = Window()
                 countdown = pause
             elif countdown:
                 countdown -= 1
             else:
                 yield None
                 countdown = pause
-    if current.items or current.problems:
+    if current.nodes or current.problems:
         yield current
 
 

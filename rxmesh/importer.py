@@ -40,6 +40,7 @@ from pathlib import Path
 from rxmesh._import_read import (
     ImportItem,
     ImportProblem,
+    Window,
     check_node,
     count_entries,
     read_directory,
@@ -140,17 +141,17 @@ async def import_directory(
     if progress is not None and progress.enabled:
         progress.total = count_entries(directory)
     access = AccessContext(user=user)
-    sent: deque[tuple[int, list[ImportItem], asyncio.Task[CreateNodesResponse]]] = deque()
+    sent: deque[tuple[int, Window, asyncio.Task[CreateNodesResponse]]] = deque()
     depth, index, done = 1, 0, 0
 
     async def settle_oldest() -> None:
         nonlocal depth, done
-        number, batch, task = sent.popleft()
+        number, read, task = sent.popleft()
         response = await task
         if response.success:
             depth = 2  # the store answers: keep the next window in flight while reading
-        await _settle_window(report, mesh, access, window, number, batch, response)
-        done += len(batch)
+        await _settle_window(report, mesh, access, window, number, read, response)
+        done += len(read.nodes)
         if progress is not None:
             progress.update(done)
 
@@ -159,19 +160,17 @@ async def import_directory(
             if read is None:  # mid-window: let the windows in flight go on (their next step)
                 await asyncio.sleep(0)
                 continue
-            report.items += len(read.items) + len(read.problems)
+            report.items += len(read.nodes) + len(read.problems)
             report.refused.extend(read.problems)
             done += len(read.problems)  # the bar counts entries, as its total does
-            if not read.items:
+            if not read.nodes:
                 continue
             if _stopped(report):
-                report.not_attempted.extend(item.node.path for item in read.items)
+                report.not_attempted.extend(node.path for node in read.nodes)
                 continue
             index += 1
-            request = CreateNodesRequest(
-                nodes=tuple(item.node for item in read.items), access=access, window=window
-            )
-            sent.append((index, read.items, asyncio.ensure_future(_answer(mesh, request))))
+            request = CreateNodesRequest(nodes=tuple(read.nodes), access=access, window=window)
+            sent.append((index, read, asyncio.ensure_future(_answer(mesh, request))))
             await asyncio.sleep(0)  # let it reach the store before the next window is read
             while sent and (len(sent) >= depth or _stopped(report)):
                 await settle_oldest()
@@ -194,12 +193,16 @@ async def _settle_window(
     access: AccessContext,
     window: int,
     index: int,
-    batch: list[ImportItem],
+    read: Window,
     response: CreateNodesResponse,
 ) -> None:
     """Account for one window's answer. A window refused for its input before any write (the
     mesh names its first bad entry only) is checked entry by entry: each bad entry is reported
     with its line, and the rest of the window is sent again."""
+    if response.success:  # every entry created or present: none to name
+        _settle(report, (), response, index)
+        return
+    batch = read.items
     refused_as_input = response.rejection_reason in _REFUSED_AS_INPUT
     if refused_as_input and not response.success and not response.created:
         good: list[ImportItem] = []
