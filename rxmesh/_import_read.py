@@ -49,6 +49,8 @@ _GIVEN = {"path", "node_type", "content"}
 one set shared by every node built here (a frozen model never adds to it, and a copy of one
 copies it first), as :func:`rxmesh.mesh._core.stamp` shares its own."""
 _SUFFIXES = frozenset({".json", ".jsonl"})
+_new = MeshNode.__new__
+_set = object.__setattr__
 
 _PLAIN_PATH = PLAIN_PATH
 _NODE_TYPE = re.compile(NODE_TYPE_PATTERN)
@@ -108,7 +110,7 @@ def trusted_node(path: str, node_type: str | None, content: object) -> MeshNode:
     were checked here; its node type and content are checked by the mesh before any write (and
     by :func:`check_node` when the mesh refuses). 1 us against 6 us validated. The instance is
     what ``MeshNode(path=..., node_type=..., content=...)`` makes of valid values."""
-    node = MeshNode.__new__(MeshNode)
+    node = _new(MeshNode)
     fields = {
         "path": path,
         "node_type": node_type,
@@ -118,10 +120,10 @@ def trusted_node(path: str, node_type: str | None, content: object) -> MeshNode:
         "version": 0,
         "request_id": None,
     }
-    object.__setattr__(node, "__dict__", fields)
-    object.__setattr__(node, "__pydantic_fields_set__", _GIVEN)
-    object.__setattr__(node, "__pydantic_extra__", None)
-    object.__setattr__(node, "__pydantic_private__", None)
+    _set(node, "__dict__", fields)
+    _set(node, "__pydantic_fields_set__", _GIVEN)
+    _set(node, "__pydantic_extra__", None)
+    _set(node, "__pydantic_private__", None)
     return node
 
 

@@ -294,8 +294,13 @@ def content_certainly_fits(content: object) -> bool:
                 return False
             budget -= 2
             for key, item in value.items():
-                if type(key) is not str or not _fine_text(key):
+                if type(key) is not str or not (
+                    (key.isascii() and "\x00" not in key) or _fine_text(key)
+                ):
                     return False
+                if type(item) is str and item.isascii() and "\x00" not in item:
+                    budget -= 6 * (len(key) + len(item)) + 8  # (the common case, inline)
+                    continue
                 budget -= 6 * len(key) + 6  # quotes, ": " and ", "
                 cost = _scalar_cost(item)
                 if cost < 0:

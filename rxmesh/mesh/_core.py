@@ -54,6 +54,8 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+_new = MeshNode.__new__
+_set = object.__setattr__
 _ALL_FIELDS = set(MeshNode.model_fields)
 """Shared by every stamped node (pydantic copies a fields set before a copy updates it)."""
 
@@ -63,16 +65,17 @@ def stamp(node: MeshNode, user: str, at: datetime, request_id: str | None) -> Me
     and ``request_id`` set. What ``node.model_copy(update=...)`` makes (the values are the
     mesh's own, already valid), without its three copies per node: a 10k bulk stamps in one go.
     """
-    values = dict(node.__dict__)
+    values = node.__dict__.copy()
     values["created_by"] = user
     values["created_at"] = at
-    values["version"] = max(1, node.version)
+    version = node.version
+    values["version"] = version if version > 1 else 1  # max(1, version), without the call
     values["request_id"] = request_id
-    stamped = MeshNode.__new__(MeshNode)
-    object.__setattr__(stamped, "__dict__", values)
-    object.__setattr__(stamped, "__pydantic_fields_set__", _ALL_FIELDS)
-    object.__setattr__(stamped, "__pydantic_extra__", None)
-    object.__setattr__(stamped, "__pydantic_private__", None)
+    stamped = _new(MeshNode)
+    _set(stamped, "__dict__", values)
+    _set(stamped, "__pydantic_fields_set__", _ALL_FIELDS)
+    _set(stamped, "__pydantic_extra__", None)
+    _set(stamped, "__pydantic_private__", None)
     return stamped
 
 
