@@ -119,8 +119,8 @@ class Bulk(Job):
         access = core.requester(req.access, req.nodes[0])
         paths = [node.path for node in req.nodes]
         present: dict[str, MeshNode] = await core.ask("read_many", paths)
-        todo: list[MeshNode] = []
-        for node in req.nodes:
+        todo: list[MeshNode] = [] if present else list(req.nodes)  # none present: all to do
+        for node in req.nodes if present else ():
             existing = present.get(node.path)
             if existing is None:
                 todo.append(node)
@@ -138,14 +138,15 @@ class Bulk(Job):
                 break
         judged = [
             await self._partitions.authorise(partition, access, "create", creating=None)
-            for partition in sorted({node.partition for node in todo})
+            for partition in _partitions(todo)
         ]
         if content_error is not None:
             raise content_error
         for facts in judged:
             await self._partitions.heal(facts, access, "create", creating=None, heals=state.heals)
         at = now()
-        stamped = [stamp(node, access.user, at, req.request_id) for node in todo]
+        user, request_id = access.user, req.request_id
+        stamped = [stamp(node, user, at, request_id) for node in todo]
         by_path = {node.path: node for node in stamped}
         state.attempted = stamped
         if stamped:
@@ -164,8 +165,8 @@ class Bulk(Job):
                     state.landed[path] = row
                 else:
                     state.already_present.append(path)
-        mine = {**state.earlier, **state.landed}
-        created = tuple(mine[p] for p in paths if p in mine)
+        mine = {**state.earlier, **state.landed} if state.earlier else state.landed
+        created = tuple([mine[p] for p in paths if p in mine])
         if core.created.observers:  # nobody watches (a CLI import): no call per node
             for node in created:
                 if node.path in state.landed:
@@ -267,6 +268,18 @@ class Bulk(Job):
             **fields,
             **recorded,
         )
+
+
+def _partitions(nodes: list[MeshNode]) -> list[str]:
+    """``sorted({node.partition for node in nodes})``; one ``startswith`` a node while they
+    share the first one's partition (a window of an import usually has one)."""
+    if not nodes:
+        return []
+    first = nodes[0].partition
+    under = first + "/"
+    if all(node.path.startswith(under) or node.path == first for node in nodes):
+        return [first]
+    return sorted({node.partition for node in nodes})
 
 
 async def _drain(source: Observable[T], on_item: Callable[[T], None]) -> None:

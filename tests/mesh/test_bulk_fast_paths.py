@@ -1,13 +1,18 @@
 """The bulk create's shortcuts answer as the long way did: the duplicate check (one set, then
 the loop naming the first path met again), the content rules (skipped only when there are
-none), and ``mesh.created`` (not called per node when nobody watches it; every landed node when
+none), the partitions of a window (one ``startswith`` a node while they share one), and
+``mesh.created`` (not called per node when nobody watches it; every landed node when
 someone does)."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from rxmesh import CreateNodesRequest, CreateNodesResponse, Mesh, MeshNode, RejectionReason
 from rxmesh.aio import first_value
 from rxmesh.exceptions import NodeValidationError
+from rxmesh.mesh._bulk import _partitions
 
 from .conftest import ALICE, make_mesh
 
@@ -67,3 +72,18 @@ async def test_a_watcher_of_created_sees_every_landed_node_and_only_those() -> N
     watching.dispose()
     assert (await _ask(mesh, CreateNodesRequest(nodes=_nodes("z"), access=ALICE))).success
     assert [n.path for n in seen] == ["acme/x", "acme/y"]  # the negative control: not watched
+
+
+_SEGMENT = st.sampled_from(["a", "ab", "b", "a-b", "x1"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_SEGMENT, min_size=1, max_size=3).map("/".join), max_size=6))
+def test_the_partitions_of_a_window_are_the_sorted_set(paths: list[str]) -> None:
+    batch = [MeshNode.model_construct(path=path, node_type="Doc") for path in paths]
+    assert _partitions(batch) == sorted({node.partition for node in batch})
+
+
+def test_negative_control_a_prefix_is_not_a_partition() -> None:
+    batch = [MeshNode(path=p, node_type="Doc") for p in ("a/x", "ab/y", "a")]
+    assert _partitions(batch) == ["a", "ab"]
