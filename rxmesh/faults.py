@@ -120,10 +120,9 @@ _MAX_TOTAL_FRAMES = MAX_CHAIN_FRAMES * MAX_CHAIN_FRAMES
 class _Walk:
     """The seen-set of one path through a chain, and the frame budget of the whole classification.
 
-    Each exception-group branch is walked with a :meth:`fork`: it remembers the frames on its own
-    path (so a branch whose chain leads back to its group stops) but not its siblings' frames (so
-    two branches that share a cause, or are the same object, are each judged). The 256-frame cap
-    is per path; a total budget bounds a pathological tree of groups.
+    A group's branch is walked with a :meth:`fork`: it remembers its own path's frames (a branch
+    leading back to its group stops), not its siblings' (two branches sharing a cause are each
+    judged). The 256-frame cap is per path; a total budget bounds a pathological tree of groups.
     """
 
     def __init__(
@@ -202,19 +201,11 @@ def is_transient_connect_fault(exc: BaseException | None) -> bool:
         ...     is_transient_connect_fault(err)
         True
     """
-    if exc is None:
-        return False
-    # The usual chain (a few frames, no group, no revisit) is judged in one plain loop; any
-    # other shape takes the full walk. Both apply the same rule, frame by frame.
-    visited: list[BaseException] = []
-    db_seen = False
-    current: BaseException | None = exc
+    visited: list[BaseException] = []  # <= 8 frames, no group, no revisit: judged in this loop
+    db_seen, current = False, exc
     while current is not None:
-        if len(visited) == _SHORT_CHAIN or isinstance(current, BaseExceptionGroup):
+        if len(visited) == 8 or isinstance(current, BaseExceptionGroup) or current in visited:
             return _unreachable(exc, _Walk(), db_seen=False)
-        for earlier in visited:
-            if earlier is current:
-                return _unreachable(exc, _Walk(), db_seen=False)
         visited.append(current)
         if is_db_frame(current):
             if getattr(current, "sqlstate", None) in TRANSIENT_CONNECT_SQLSTATES:
@@ -225,9 +216,6 @@ def is_transient_connect_fault(exc: BaseException | None) -> bool:
         current = _next_frame(current)
     return False
 
-
-_SHORT_CHAIN = 8
-"""Frames :func:`is_transient_connect_fault` judges without the full walk's bookkeeping."""
 
 is_store_unreachable = is_transient_connect_fault
 """The same object as :func:`is_transient_connect_fault`, named for the node-operation layer."""

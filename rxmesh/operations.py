@@ -28,9 +28,9 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rxmesh._trusted import trusted
 from rxmesh.model import AccessContext, MeshNode, NodePath, RequestId
 
-_put = object.__setattr__
 _DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
 """Per response class, its fields' defaults in declaration order (``NodeResponse._built``)."""
 
@@ -143,12 +143,7 @@ class NodeResponse(BaseModel):
             _DEFAULTS[cls] = defaults
         values = dict(defaults)
         values.update(given)
-        response = cls.__new__(cls)
-        _put(response, "__dict__", values)
-        _put(response, "__pydantic_fields_set__", set(given))
-        _put(response, "__pydantic_extra__", None)
-        _put(response, "__pydantic_private__", None)
-        return response
+        return trusted(cls, values, set(given))
 
 
 class CreateNodeRequest(BaseModel):

@@ -24,6 +24,7 @@ CROSS_CUTTING = {
     "rxmesh.operations",
     "rxmesh.instrumentation",
     "rxmesh._arguments",
+    "rxmesh._trusted",
 }
 ALLOWED: dict[str, set[str]] = {
     # a package: what it may import inside rxmesh (besides itself)

@@ -1,0 +1,40 @@
+"""Pydantic models built from values already known to be valid, without a validation pass.
+
+rxmesh builds some models on hot paths from values it has checked or made itself: the rows of
+its own tables (validated when they were written), the answers of the terminal arm, the
+announcements of its change feed, the nodes it stamps. ``model_construct`` would skip the
+validation too, but it still defaults every field one by one; :func:`trusted` sets what
+``model_construct`` sets, given every field's value, in one step. It never checks anything:
+a caller passes only values of the declared types, under the field names, in declaration order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+__all__ = ["fields_of", "trusted"]
+
+M = TypeVar("M", bound=BaseModel)
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def fields_of(model: type[BaseModel]) -> set[str]:
+    """``model``'s field names, as the one field set of models built with all of them given."""
+    return set(model.model_fields)
+
+
+def trusted(model: type[M], values: dict[str, Any], fields_set: set[str]) -> M:
+    """An instance of ``model`` holding ``values`` (its ``__dict__``, taken as is, not copied)
+    with ``fields_set`` as its set fields: what ``model.model_construct(**values)`` makes when
+    ``values`` names every field in declaration order (``fields_set`` may be shared between
+    instances: pydantic copies it before changing it)."""
+    instance = _new(model)
+    _set(instance, "__dict__", values)
+    _set(instance, "__pydantic_fields_set__", fields_set)
+    _set(instance, "__pydantic_extra__", None)
+    _set(instance, "__pydantic_private__", None)
+    return instance
