@@ -17,9 +17,11 @@ from typing import Literal
 
 from loguru import logger
 
+from rxmesh._model_rules import PLAIN_PATH
 from rxmesh.instrumentation import _events
 from rxmesh.instrumentation import _seam as _instrumentation
-from rxmesh.model import partition_of, validate_path
+from rxmesh.model import MAX_PATH_LENGTH, partition_of, validate_path
+from rxmesh.providers._throttle import Throttle
 
 __all__ = [
     "BATCH_SIZE",
@@ -142,37 +144,6 @@ class ChangeFeedStatistics:
     stale_after: float | None = None
 
 
-class _Throttle:
-    """Lets one log line through per ``interval`` seconds; counts the lines it holds back."""
-
-    def __init__(self, interval: float, clock: Callable[[], float]) -> None:
-        self._interval = interval
-        self._clock = clock
-        self._last: float | None = None
-        self._held = 0
-
-    def _due(self) -> bool:
-        return self._last is None or self._clock() - self._last >= self._interval
-
-    def admit(self) -> int | None:
-        """``None`` if this line must be held back (it is counted); else how many were held
-        back before it (a line may be written now, and should say so)."""
-        if not self._due():
-            self._held += 1
-            return None
-        self._last = self._clock()
-        held, self._held = self._held, 0
-        return held
-
-    def take_held(self, *, force: bool = False) -> int:
-        """How many lines were held back, if a summary of them is due now (else 0)."""
-        if not self._held or not (force or self._due()):
-            return 0
-        self._last = self._clock()
-        held, self._held = self._held, 0
-        return held
-
-
 class FeedBook:
     """The change feed's state and counters (one event loop touches it: no lock)."""
 
@@ -212,8 +183,8 @@ class FeedBook:
         self.last_probe_failure_at: datetime | None = None
         self.unverified_reported = False
         """Whether the current run of unsent probes was logged already (once per run)."""
-        self._malformed_log = _Throttle(log_interval, clock)
-        self._subscriber_log = _Throttle(log_interval, clock)
+        self._malformed_log = Throttle(log_interval, clock)
+        self._subscriber_log = Throttle(log_interval, clock)
 
     def lost(self, at: datetime, reason: str) -> None:
         """Record a loss; during one already under way, the first time and reason stand."""
@@ -254,9 +225,7 @@ class FeedBook:
         if held is None:
             return
         since = f"{held} more since the last report, " if held else ""
-        logger.bind(
-            store=self.store, channel=self.channel, malformed=self.malformed_count
-        ).warning(
+        logger.bind(store=self.store, channel=self.channel, malformed=self.malformed_count).warning(
             "store '{}' skipped a malformed change-feed notification on '{}': {}; payload {} "
             "({}{} skipped in all; reported at most every {:g}s)",
             self.store,
@@ -397,24 +366,43 @@ def parse_notification(payload: object, prefix: str) -> list[Entry]:
     if not isinstance(rows, list) or not rows:
         raise MalformedNotificationError(f"rows {_shown(rows)} is not a non-empty array")
     entries: list[Entry] = []
+    under = partition + "/"
     for row in rows:
-        if not isinstance(row, list) or len(row) != 2:
-            raise MalformedNotificationError(f"row {_shown(row)} is not a [path, version] pair")
-        path, version = row
-        try:
-            validate_path(path)
-        except ValueError:
-            raise MalformedNotificationError(f"path {_shown(path)} is not a valid path") from None
-        if partition_of(path) != partition:
-            raise MalformedNotificationError(
-                f"path {_shown(path)} is not in partition {partition!r} of its schema"
-            )
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise MalformedNotificationError(f"version {_shown(version)} is not an integer")
-        if not 0 <= version <= _MAX_VERSION:
-            raise MalformedNotificationError(f"version {version} is out of range")
-        entries.append((schema, path, op, version))
+        if type(row) is list and len(row) == 2:  # a row as the trigger writes it: one test
+            path, version = row
+            if (
+                type(path) is str
+                and path.startswith(under)
+                and len(path) <= MAX_PATH_LENGTH
+                and PLAIN_PATH.fullmatch(path) is not None
+                and type(version) is int
+                and 0 <= version <= _MAX_VERSION
+            ):
+                entries.append((schema, path, op, version))
+                continue
+        entries.append(_checked_row(row, schema, partition, op))
     return entries
+
+
+def _checked_row(row: object, schema: str, partition: str, op: str) -> Entry:
+    """A row of :func:`parse_notification` judged by the rules one by one (the first broken
+    one named): what a row that is not plainly one of ours takes (a system record's path)."""
+    if not isinstance(row, list) or len(row) != 2:
+        raise MalformedNotificationError(f"row {_shown(row)} is not a [path, version] pair")
+    path, version = row
+    try:
+        validate_path(path)
+    except ValueError:
+        raise MalformedNotificationError(f"path {_shown(path)} is not a valid path") from None
+    if partition_of(path) != partition:
+        raise MalformedNotificationError(
+            f"path {_shown(path)} is not in partition {partition!r} of its schema"
+        )
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise MalformedNotificationError(f"version {_shown(version)} is not an integer")
+    if not 0 <= version <= _MAX_VERSION:
+        raise MalformedNotificationError(f"version {version} is out of range")
+    return (schema, path, op, version)
 
 
 def probe_marker(prefix: str) -> str:
