@@ -414,6 +414,37 @@ class _Hot:
         return bool(self.subject.observers)
 
 
+def _notify_branch(rows: str, op: str, channel: str) -> str:
+    """The notify function's part for one transition table: a statement of up to 8 rows (and
+    6 kB of paths) is announced from a plain scan of it, a larger one by the windowed aggregate
+    (one payload per ~6 kB of rows)."""
+    return f"""
+                        FOR r IN SELECT path, version FROM {rows} LIMIT 9 LOOP
+                            counted := counted + 1;
+                            total := total + octet_length(r.path) + 24;
+                            EXIT WHEN total > 6000;
+                            items := items || CASE WHEN counted = 1 THEN '' ELSE ',' END
+                                || json_build_array(r.path, r.version)::text;
+                        END LOOP;
+                        IF counted <= 8 AND total <= 6000 THEN
+                            IF counted > 0 THEN
+                                PERFORM pg_notify('{channel}', '[' || to_json(TG_TABLE_SCHEMA)::text
+                                    || ',"{op}",[' || items || ']]');
+                            END IF;
+                            RETURN NULL;
+                        END IF;
+                        FOR payload IN
+                            SELECT json_build_array(TG_TABLE_SCHEMA, '{op}',
+                                json_agg(json_build_array(path, version)))::text
+                            FROM (SELECT path, version, sum(octet_length(path) + 24)
+                                      OVER (ROWS UNBOUNDED PRECEDING) / 6000 AS g
+                                  FROM {rows}) AS c
+                            GROUP BY g
+                        LOOP
+                            PERFORM pg_notify('{channel}', payload);
+                        END LOOP;"""
+
+
 @dataclass(frozen=True, slots=True)
 class PostgresStoreStatistics:
     """A snapshot of a :class:`PostgresStore` (``store.statistics()``).
@@ -1132,55 +1163,9 @@ class PostgresStore:
                     -- statement (a query over a transition table keeps no plan), which cost a
                     -- single-row INSERT a fifth of its rate. More rows: the aggregate.
                     IF TG_OP = 'DELETE' THEN
-                        FOR r IN SELECT path, version FROM old_rows LIMIT 9 LOOP
-                            counted := counted + 1;
-                            total := total + octet_length(r.path) + 24;
-                            EXIT WHEN total > 6000;
-                            items := items || CASE WHEN counted = 1 THEN '' ELSE ',' END
-                                || json_build_array(r.path, r.version)::text;
-                        END LOOP;
-                        IF counted <= 8 AND total <= 6000 THEN
-                            IF counted > 0 THEN
-                                PERFORM pg_notify('{channel}', '[' || to_json(TG_TABLE_SCHEMA)::text
-                                    || ',"delete",[' || items || ']]');
-                            END IF;
-                            RETURN NULL;
-                        END IF;
-                        FOR payload IN
-                            SELECT json_build_array(TG_TABLE_SCHEMA, 'delete',
-                                json_agg(json_build_array(path, version)))::text
-                            FROM (SELECT path, version, sum(octet_length(path) + 24)
-                                      OVER (ROWS UNBOUNDED PRECEDING) / 6000 AS g
-                                  FROM old_rows) AS c
-                            GROUP BY g
-                        LOOP
-                            PERFORM pg_notify('{channel}', payload);
-                        END LOOP;
+{_notify_branch("old_rows", "delete", channel)}
                     ELSE
-                        FOR r IN SELECT path, version FROM new_rows LIMIT 9 LOOP
-                            counted := counted + 1;
-                            total := total + octet_length(r.path) + 24;
-                            EXIT WHEN total > 6000;
-                            items := items || CASE WHEN counted = 1 THEN '' ELSE ',' END
-                                || json_build_array(r.path, r.version)::text;
-                        END LOOP;
-                        IF counted <= 8 AND total <= 6000 THEN
-                            IF counted > 0 THEN
-                                PERFORM pg_notify('{channel}', '[' || to_json(TG_TABLE_SCHEMA)::text
-                                    || ',"upsert",[' || items || ']]');
-                            END IF;
-                            RETURN NULL;
-                        END IF;
-                        FOR payload IN
-                            SELECT json_build_array(TG_TABLE_SCHEMA, 'upsert',
-                                json_agg(json_build_array(path, version)))::text
-                            FROM (SELECT path, version, sum(octet_length(path) + 24)
-                                      OVER (ROWS UNBOUNDED PRECEDING) / 6000 AS g
-                                  FROM new_rows) AS c
-                            GROUP BY g
-                        LOOP
-                            PERFORM pg_notify('{channel}', payload);
-                        END LOOP;
+{_notify_branch("new_rows", "upsert", channel)}
                     END IF;
                     RETURN NULL;
                 END
