@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -22,6 +22,7 @@ from rxmesh.model import (
     MAX_REQUEST_ID_LENGTH,
     NODE_TYPE_PATTERN,
     SYSTEM_USER,
+    MeshNode,
     validate_label,
     validate_path,
     validate_request_id,
@@ -160,44 +161,80 @@ def check_strings(req: BaseModel) -> None:
         validate_user_id(req.access.user, field="access.user")
         if req.access.on_behalf_of is not None:
             validate_label(req.access.on_behalf_of, field="access.on_behalf_of")
+    # Where a field is ("nodes.3.path") is worked out only for a value that fails its check: a
+    # 10,000-node bulk builds no location string for a valid node.
+    nodes: Sequence[MeshNode] = ()
     if isinstance(req, CreateNodesRequest):
-        nodes = [(f"nodes.{index}", node) for index, node in enumerate(req.nodes)]
+        nodes = req.nodes
     elif isinstance(req, CreateNodeRequest | UpdateNodeRequest):
-        nodes = [("node", req.node)]
-    else:
-        nodes = []
-    paths = [(f"{where}.path", node.path) for where, node in nodes]
-    if isinstance(req, DeleteNodeRequest):
-        paths = [("path", req.path)]
-    elif isinstance(req, MoveNodeRequest):
-        paths = [("source", req.source), ("target", req.target)]
+        nodes = (req.node,)
+    bulk = isinstance(req, CreateNodesRequest)
+
+    def where(index: int, field: str) -> str:
+        return f"nodes.{index}.{field}" if bulk else f"node.{field}"
+
     # The requester, as the verbs resolve it: the access, else the (first) node's created_by.
     requester = req.access.user if req.access is not None else None
     if requester is None and nodes:
-        requester = nodes[0][1].created_by
-    for where, path in paths:
+        requester = nodes[0].created_by
+    reserved = requester == SYSTEM_USER
+    if isinstance(req, DeleteNodeRequest):
+        _check_path(req.path, "path", reserved)
+    elif isinstance(req, MoveNodeRequest):
+        _check_path(req.source, "source", reserved)
+        _check_path(req.target, "target", reserved)
+    for index, node in enumerate(nodes):
         try:
-            validate_path(path, allow_reserved=requester == SYSTEM_USER)
+            validate_path(node.path, allow_reserved=reserved)
         except InvalidPathError as exc:
-            raise InvalidPathError(f"{where}: {exc}", path=exc.path) from exc
-    for index, (where, node) in enumerate(nodes):
-        if node.created_by is not None and index == 0 and req.access is None:
-            validate_user_id(node.created_by, field=f"{where}.created_by")
-        elif node.created_by is not None:
-            validate_stored_text(
-                node.created_by, field=f"{where}.created_by", max_length=MAX_LABEL_LENGTH
-            )
-        if node.request_id is not None:
-            validate_stored_text(
-                node.request_id, field=f"{where}.request_id", max_length=MAX_REQUEST_ID_LENGTH
-            )
-        if node.node_type is not None and (
-            not isinstance(node.node_type, str) or not _NODE_TYPE.fullmatch(node.node_type)
+            raise InvalidPathError(f"{where(index, 'path')}: {exc}", path=exc.path) from exc
+    for index, node in enumerate(nodes):
+        created_by, request_id, node_type = node.created_by, node.request_id, node.node_type
+        if created_by is not None:
+            if index == 0 and req.access is None:
+                _named(validate_user_id, created_by, where, index, "created_by")
+            else:
+                _named(_stored_label, created_by, where, index, "created_by")
+        if request_id is not None:
+            _named(_stored_request_id, request_id, where, index, "request_id")
+        if node_type is not None and (
+            not isinstance(node_type, str) or not _NODE_TYPE.fullmatch(node_type)
         ):
             raise NodeValidationError(
-                f"{where}.node_type: {shown_key(str(node.node_type))} is not a node type name "
-                "(a letter, then letters, digits, '_ . : -'; at most 128 characters)"
+                f"{where(index, 'node_type')}: {shown_key(str(node_type))} is not a node type "
+                "name (a letter, then letters, digits, '_ . : -'; at most 128 characters)"
             )
+
+
+def _check_path(path: str, field: str, reserved: bool) -> None:
+    try:
+        validate_path(path, allow_reserved=reserved)
+    except InvalidPathError as exc:
+        raise InvalidPathError(f"{field}: {exc}", path=exc.path) from exc
+
+
+def _stored_label(value: object, *, field: str) -> str:
+    return validate_stored_text(value, field=field, max_length=MAX_LABEL_LENGTH)
+
+
+def _stored_request_id(value: object, *, field: str) -> str:
+    return validate_stored_text(value, field=field, max_length=MAX_REQUEST_ID_LENGTH)
+
+
+def _named(
+    check: Callable[..., str],
+    value: object,
+    where: Callable[[int, str], str],
+    index: int,
+    field: str,
+) -> None:
+    """``check(value, field=where(index, field))``, the location worked out only if ``value``
+    fails (the check runs again with it, so the refusal's text is the one it always was)."""
+    try:
+        check(value, field="")
+    except NodeValidationError:
+        check(value, field=where(index, field))
+        raise
 
 
 def parse(model: type[R], request: object) -> R:
