@@ -37,6 +37,9 @@ __all__ = ["FactsCache"]
 
 def _is_fact_path(path: str) -> str | None:
     """The partition whose facts a change at ``path`` may alter, or ``None``."""
+    slash = path.find("/")
+    if slash > 0 and not path.startswith("_", slash + 1):
+        return None  # the usual announcement: a node's own path (facts are "<p>/_...")
     partition = partition_of(path)
     if path == partition or path == owner_path(partition):
         return partition
