@@ -66,7 +66,7 @@ async def test_every_row_of_a_statement_is_announced_once(
         paths = [f"p/{i:04d}/" + "/".join(["x" * 60] * 6) for i in range(rows)]
         conn = await asyncpg.connect(pg_dsn)
         listener = _Listener()
-        await conn.add_listener(store._channel, listener)  # noqa: SLF001 - the trigger's channel
+        await conn.add_listener(store._channel, listener)  # the trigger's channel
         writer = await asyncpg.connect(pg_dsn)
         try:
             marks = iter(range(1000))
