@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from rxmesh._model_rules import PLAIN_PATH
+from rxmesh._trusted import trusted
 from rxmesh.model import (
     MAX_CONTENT_BYTES,
     MAX_PATH_LENGTH,
@@ -49,8 +50,6 @@ _GIVEN = {"path", "node_type", "content"}
 one set shared by every node built here (a frozen model never adds to it, and a copy of one
 copies it first), as :func:`rxmesh.mesh._core.stamp` shares its own."""
 _SUFFIXES = frozenset({".json", ".jsonl"})
-_new = MeshNode.__new__
-_set = object.__setattr__
 
 _PLAIN_PATH = PLAIN_PATH
 _NODE_TYPE = re.compile(NODE_TYPE_PATTERN)
@@ -112,7 +111,6 @@ def trusted_node(path: str, node_type: str | None, content: object) -> MeshNode:
     were checked here; its node type and content are checked by the mesh before any write (and
     by :func:`check_node` when the mesh refuses). 1 us against 6 us validated. The instance is
     what ``MeshNode(path=..., node_type=..., content=...)`` makes of valid values."""
-    node = _new(MeshNode)
     fields = {
         "path": path,
         "node_type": node_type,
@@ -122,11 +120,7 @@ def trusted_node(path: str, node_type: str | None, content: object) -> MeshNode:
         "version": 0,
         "request_id": None,
     }
-    _set(node, "__dict__", fields)
-    _set(node, "__pydantic_fields_set__", _GIVEN)
-    _set(node, "__pydantic_extra__", None)
-    _set(node, "__pydantic_private__", None)
-    return node
+    return trusted(MeshNode, fields, _GIVEN)
 
 
 def check_node(node: MeshNode) -> MeshNode:

@@ -17,6 +17,7 @@ from reactivex import Observable, abc
 from reactivex.subject import Subject
 
 from rxmesh._model_rules import content_certainly_fits
+from rxmesh._trusted import fields_of, trusted
 from rxmesh.exceptions import NodeAccessDeniedError, NodeValidationError
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.mesh._access import AccessPolicy
@@ -54,9 +55,7 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-_new = MeshNode.__new__
-_set = object.__setattr__
-_ALL_FIELDS = set(MeshNode.model_fields)
+_ALL_FIELDS = fields_of(MeshNode)
 """Shared by every stamped node (pydantic copies a fields set before a copy updates it)."""
 
 
@@ -71,12 +70,7 @@ def stamp(node: MeshNode, user: str, at: datetime, request_id: str | None) -> Me
     version = node.version
     values["version"] = version if version > 1 else 1  # max(1, version), without the call
     values["request_id"] = request_id
-    stamped = _new(MeshNode)
-    _set(stamped, "__dict__", values)
-    _set(stamped, "__pydantic_fields_set__", _ALL_FIELDS)
-    _set(stamped, "__pydantic_extra__", None)
-    _set(stamped, "__pydantic_private__", None)
-    return stamped
+    return trusted(MeshNode, values, _ALL_FIELDS)
 
 
 class MeshCore:
