@@ -74,6 +74,24 @@ async def _rate(work: Callable[[int], Awaitable[None]], n: int, concurrency: int
     return n / (time.perf_counter() - start)
 
 
+def _raw_insert(pool: asyncpg.Pool, table: str, prefix: str) -> Callable[[int], Awaitable[None]]:
+    """The raw baseline: one asyncpg INSERT of node ``i`` into ``table`` through ``pool``."""
+
+    async def insert(i: int) -> None:
+        await pool.execute(
+            f"INSERT INTO {table} (path, node_type, content, created_by, created_at, version,"
+            " request_id) VALUES ($1, $2, $3::jsonb, $4, now(), 1, $5)"
+            " ON CONFLICT (path) DO NOTHING",
+            f"{prefix}{i:06d}",
+            "B",
+            json.dumps({"i": i}),
+            "bench",
+            uuid.uuid4().hex,
+        )
+
+    return insert
+
+
 async def pg_create(dsn: str, creates: int, concurrency: int, repeat: int) -> list[dict[str, Any]]:
     """``Mesh.create_node`` on PostgreSQL against a raw single INSERT, sequential and concurrent."""
     prefix = f"rxbm{uuid.uuid4().hex[:8]}_"
@@ -109,34 +127,11 @@ async def pg_create(dsn: str, creates: int, concurrency: int, repeat: int) -> li
                         key = str(answer.rejection_reason)
                         failures[key] = failures.get(key, 0) + 1
 
-                async def raw(i: int, tag: str = f"{mode}{round_}") -> None:
-                    await pool.execute(
-                        f"INSERT INTO {table} (path, node_type, content, created_by, created_at,"
-                        " version, request_id) VALUES ($1, $2, $3::jsonb, $4, now(), 1, $5)"
-                        " ON CONFLICT (path) DO NOTHING",
-                        f"{tag}/n{i:06d}",
-                        "B",
-                        json.dumps({"i": i}),
-                        "bench",
-                        uuid.uuid4().hex,
-                    )
-
-                async def raw_same_table(
-                    i: int,
-                    tag: str = f"{mode}{round_}",
-                    partition: str = partition,
-                    own_table: str = store._table(partition),  # the bench's third side
-                ) -> None:
-                    await pool.execute(
-                        f"INSERT INTO {own_table} (path, node_type, content, created_by,"
-                        " created_at, version, request_id) VALUES ($1, $2, $3::jsonb, $4, now(),"
-                        " 1, $5) ON CONFLICT (path) DO NOTHING",
-                        f"{partition}/raw{tag}n{i:06d}",
-                        "B",
-                        json.dumps({"i": i}),
-                        "bench",
-                        uuid.uuid4().hex,
-                    )
+                tag = f"{mode}{round_}"
+                raw = _raw_insert(pool, table, f"{tag}/n")
+                # The bench's third side: the same INSERT into the store's own table.
+                own = store._table(partition)
+                raw_same_table = _raw_insert(pool, own, f"{partition}/raw{tag}n")
 
                 sides = [(mesh_rates, via_mesh), (raw_rates, raw), (same_rates, raw_same_table)]
                 for rates, work in sides[round_ % 3 :] + sides[: round_ % 3]:
