@@ -1231,12 +1231,18 @@ class PostgresStore:
 
     async def aread_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
         """:meth:`read_many`, awaited."""
-        by_partition: dict[str, list[str]] = {}
         for path in paths:
             validate_path(path)
-            by_partition.setdefault(partition_of(path), []).append(path)
-        if not by_partition:
+        if not paths:
             return {}
+        first = partition_of(paths[0])
+        under = first + "/"
+        by_partition: dict[str, list[str]] = {}
+        if all(path.startswith(under) or path == first for path in paths):
+            by_partition[first] = list(paths)  # the usual read: one partition's paths
+        else:
+            for path in paths:
+                by_partition.setdefault(partition_of(path), []).append(path)
 
         async def work(conn: _Connection) -> dict[str, MeshNode]:
             found: dict[str, MeshNode] = {}
