@@ -103,3 +103,29 @@ def test_the_check_sees_a_lost_or_doubled_row() -> None:
     assert announced([payload], prefix) == expected
     assert announced(['["rxtcontrol_p","upsert",[["p/a",1]]]'], prefix) != expected
     assert announced([payload, '["rxtcontrol_p","upsert",[["p/b",1]]]'], prefix) != expected
+
+
+async def test_an_earlier_versions_function_is_replaced_on_a_process_first_write(
+    pg_dsn: str, prefix: str
+) -> None:
+    """A partition made by an earlier version keeps its notify function until a process running
+    this one writes there first: then it is replaced (docs/performance.md, the notify trigger).
+    The negative control is the state before that write: the old body is still in place."""
+    async with PostgresStore(pg_dsn, schema_prefix=prefix) as first:
+        await first_value(first.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        schema = first.schema_of("p")
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        function = f"{quote_identifier(schema)}.rxmesh_notify()"
+        # Stand-in for an earlier version's body (same payload shape, no small-statement scan).
+        await conn.execute(
+            f"CREATE OR REPLACE FUNCTION {function} RETURNS trigger LANGUAGE plpgsql AS "
+            "$fn$ BEGIN RETURN NULL; END $fn$"
+        )
+        body = "SELECT prosrc FROM pg_proc WHERE oid = $1::regprocedure"
+        assert "LIMIT 9" not in await conn.fetchval(body, function)
+        async with PostgresStore(pg_dsn, schema_prefix=prefix) as second:
+            await first_value(second.write(MeshNode(path="p/next", version=1)), timeout=WAIT)
+        assert "LIMIT 9" in await conn.fetchval(body, function)
+    finally:
+        await conn.close()
