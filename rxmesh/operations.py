@@ -31,8 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from rxmesh._trusted import trusted
 from rxmesh.model import AccessContext, MeshNode, NodePath, RequestId
 
-_DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
-"""Per response class, its fields' defaults in declaration order (``NodeResponse._built``)."""
+_Shape = tuple[dict[str, Any], frozenset[str]] | None
+_SHAPES: dict[type[BaseModel], _Shape] = {}
+"""Per response class, what ``NodeResponse._built`` needs of it (see :func:`_shape_of`)."""
 
 __all__ = [
     "CreateNodeRequest",
@@ -127,23 +128,39 @@ class NodeResponse(BaseModel):
 
     @classmethod
     def _built(cls, given: dict[str, Any]) -> Self:
-        """``model_construct(**given)`` without its per-field defaulting: the other fields take
-        their declared defaults, all constants (None, False, ``()``), copied from one dict made
-        once per class. Every response's field set is exactly ``given``'s keys, as with
-        ``model_construct``; ``given`` holds only declared fields (the callers check)."""
-        defaults = _DEFAULTS.get(cls)
-        if defaults is None:
-            defaults = {}
-            for name, field in cls.model_fields.items():
-                if field.default_factory is not None or not isinstance(
-                    field.default, str | bool | int | tuple | NoneType
-                ):
-                    return cls.model_construct(**given)  # not a constant: pydantic's way
-                defaults[name] = field.default
-            _DEFAULTS[cls] = defaults
-        values = dict(defaults)
+        """``model_construct(**given)`` without its per-field defaulting: the fields ``given``
+        does not name take their declared defaults, all constants (None, False, ``()``), copied
+        from one dict made once per class (in declaration order: the wire's field order). Every
+        response's field set is exactly ``given``'s keys, as with ``model_construct``; ``given``
+        holds only declared fields (the callers check) and every required one (else pydantic's
+        way is taken)."""
+        if cls in _SHAPES:
+            shape = _SHAPES[cls]
+        else:
+            shape = _SHAPES[cls] = _shape_of(cls)
+        if shape is None or not shape[1] <= given.keys():
+            return cls.model_construct(**given)  # a default that is not a constant, or a gap
+        values = dict(shape[0])
         values.update(given)
         return trusted(cls, values, set(given))
+
+
+def _shape_of(model: type[BaseModel]) -> _Shape:
+    """``model``'s fields in order with their constant defaults (``None`` standing in for a
+    required field's), and its required fields; ``None`` when a default is not a constant."""
+    defaults: dict[str, Any] = {}
+    required: set[str] = set()
+    for name, field in model.model_fields.items():
+        if field.is_required():
+            required.add(name)
+            defaults[name] = None  # always replaced: a required field must be given
+        elif field.default_factory is None and isinstance(
+            field.default, str | bool | int | tuple | NoneType
+        ):
+            defaults[name] = field.default
+        else:
+            return None
+    return defaults, frozenset(required)
 
 
 class CreateNodeRequest(BaseModel):

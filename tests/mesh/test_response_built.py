@@ -102,3 +102,28 @@ def test_a_new_request_id_is_a_uuid4_in_hex() -> None:
         assert (parsed.version, parsed.variant, parsed.hex) == (4, uuid.RFC_4122, text)
     # The negative control: random hex of the same length is (almost always) not one.
     assert uuid.UUID(hex="f" * 32).version != 4
+
+
+@pytest.mark.parametrize("kind", [CreateNodeResponse, CreateNodesResponse, NodeOperationResponse])
+def test_the_answers_are_built_without_model_construct(
+    kind: type[NodeResponse], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-step build is the one taken: with ``model_construct`` made to fail, ``fail`` (and
+    ``created``) still answer. Against the first version of ``_built``, which took required
+    fields (no default) for non-constant defaults and fell back every time, this fails."""
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("model_construct was called")
+
+    monkeypatch.setattr(kind, "model_construct", classmethod(refuse))
+    answer = kind.fail("r", RejectionReason.UNAVAILABLE, "text")
+    assert (answer.request_id, answer.success, answer.error) == ("r", False, "text")
+    if kind is CreateNodeResponse:
+        assert CreateNodeResponse.created("r", NODE).node == NODE
+
+
+def test_a_required_field_missing_falls_back_to_model_construct() -> None:
+    """The negative control of the fast path's guard: a build that leaves a required field out
+    is model_construct's (which leaves it unset), not a response with a placeholder in it."""
+    built = CreateNodeResponse._built({"request_id": "r"})
+    assert "success" not in built.__dict__
