@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -176,3 +177,22 @@ def test_negative_control_a_revisit_is_not_judged_twice() -> None:
     assert _full_walk(network) is False
     grouped = ExceptionGroup("g", [FakeDbError("08006")])
     assert is_transient_connect_fault(grouped) is True  # a group goes to the full walk
+
+
+def test_a_short_plain_chain_is_judged_without_the_full_walk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop is the one taken for the usual chain (a DB frame over a socket fault): with the
+    full walk made to fail, it still answers; a group still goes to the walk (the control)."""
+    import rxmesh.faults as faults
+
+    def refuse(*_: object, **__: object) -> bool:
+        raise AssertionError("the full walk was taken")
+
+    monkeypatch.setattr(faults, "_unreachable", refuse)
+    outer = FakeDbError(None)
+    outer.__cause__ = ConnectionResetError(104, "reset")
+    assert is_transient_connect_fault(outer) is True
+    assert is_transient_connect_fault(FakeDbError("42P01")) is False
+    with pytest.raises(AssertionError, match="full walk"):
+        is_transient_connect_fault(ExceptionGroup("g", [FakeDbError("08006")]))
