@@ -30,6 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from types import TracebackType
 from typing import Any, Literal, NoReturn, TypeVar
 from urllib.parse import urlparse
@@ -348,7 +349,33 @@ async def _one_transaction(conn: _Connection, statements: str) -> None:
 
 
 def _content_text(node: MeshNode) -> str | None:
-    return None if node.content is None else json.dumps(node.content)
+    return None if node.content is None else _for_jsonb(json.dumps(node.content))
+
+
+_EXPONENT_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?e\+\d+')
+"""A JSON string (skipped whole), or a number written with a positive exponent."""
+
+
+def _positional(match: re.Match[str]) -> str:
+    token = match.group()
+    if token.startswith('"'):
+        return token
+    digits = format(Decimal(token), "f")  # exact: the same decimal the token denotes
+    return digits if "." in digits else digits + ".0"
+
+
+def _for_jsonb(text: str) -> str:
+    """JSON text whose numbers keep their kind through ``jsonb``: a float Python writes with a
+    positive exponent (``1e+300``, ``-1.5e+16``) is written out with a fractional part.
+
+    ``jsonb`` keeps a number as ``numeric`` and writes it back without an exponent, so
+    ``1e+300`` came back as ``1000...0`` — an ``int`` of 301 digits, not the float that was
+    stored (the embedded store keeps the float). ``1000...0.0`` (the same decimal) keeps its
+    scale, comes back with it and is read as that float again. Anything else is untouched, and
+    text without an ``e+`` (nearly all) is returned as is after one substring search."""
+    if "e+" not in text:
+        return text
+    return _EXPONENT_TOKEN.sub(_positional, text)
 
 
 _RECORDS_STEP = 250
@@ -392,7 +419,7 @@ async def _window_records(chunk: list[MeshNode]) -> list[tuple[Any, ...]]:
             (
                 n.path,
                 n.node_type,
-                None if n.content is None else dumps(n.content),
+                None if n.content is None else _for_jsonb(dumps(n.content)),
                 n.created_by,
                 n.created_at,
                 max(1, n.version),
