@@ -50,8 +50,9 @@ class AttemptFacts:
     """What one attempt learned on its way, for the terminal arm.
 
     ``heals``: the system records it wrote (an UNAVAILABLE answer names them instead of "Nothing
-    was written"). ``write_failures``: its single writes that failed (may one have committed?).
-    ``write_started``: a multi-window write had begun, so windows may have committed.
+    was written"). ``write_outcome_unknown``: one of its single writes failed in a way that may
+    have committed (:meth:`write_failed`). ``write_started``: a multi-window write had begun, so
+    windows may have committed.
     """
 
     operation: str
@@ -59,13 +60,20 @@ class AttemptFacts:
     path: str
     request_id: str
     heals: list[str] = field(default_factory=list)
-    write_failures: list[Exception] = field(default_factory=list)
+    write_outcome_unknown: bool = False
     write_started: bool = False
+
+    def write_failed(self, failure: BaseException) -> None:
+        """A single write of this attempt failed with ``failure``: judged now, not kept. (Kept,
+        the exception would hold its traceback, whose frames hold these facts: a reference
+        cycle per failed write, garbage only the cyclic GC frees — every UNAVAILABLE answer.)"""
+        if not self.write_outcome_unknown and is_write_outcome_unknown(failure):
+            self.write_outcome_unknown = True
 
     @property
     def may_have_landed(self) -> bool:
         """Whether a write of this attempt may be durable although no answer said so."""
-        return self.write_started or any(map(is_write_outcome_unknown, self.write_failures))
+        return self.write_started or self.write_outcome_unknown
 
 
 class TerminalArm:
@@ -184,6 +192,10 @@ async def answer_now(
                     exception=defect
                 ).error("the terminal arm of a {} failed: {}", verb, defect)
                 response = None
+            # The fault's traceback holds this frame, which holds the fault: a reference cycle
+            # of every frame it went through, freed only by the cyclic GC (60 objects an
+            # UNAVAILABLE answer). Dropped here, they go when the answer does.
+            fault = None
         if response is None:
             response = backstop()
         op.answered(_outcome(response))

@@ -135,7 +135,7 @@ class Create(Job):
             try:
                 written: MeshNode = await call(store, "write", stamped)
             except Exception as failure:
-                facts.write_failures.append(failure)  # for the arm: may this write have landed?
+                facts.write_failed(failure)  # for the arm: may this write have landed?
                 raise
             return written
 

@@ -287,7 +287,10 @@ class FaultInjectingStore:
     ) -> Any:
         error = self._enter(op, target, decide)
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:  # its traceback holds this frame: no cycle back through ``error``
+                del error
         return await call(self.inner, op, *args)
 
     def _write_decision(self) -> tuple[str, Exception | None]:
