@@ -299,3 +299,4 @@ async def _drain(source: Observable[T], on_item: Callable[[T], None]) -> None:
         await done
     finally:
         subscription.dispose()
+        del done  # it holds the error, whose traceback holds this frame: no cycle through it
