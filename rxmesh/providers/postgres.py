@@ -1666,6 +1666,14 @@ class PostgresStore:
                         return await landed(conn)
                     assert expected_version is not None  # else the DELETE matched the row
                     raise self._version_conflict(source, expected_version, current)
+                if source == target:  # taken, by the node itself: refused (rolled back), as the
+                    raise StoreConflictError(  # embedded store refuses it
+                        f"store '{self._name}': cannot move '{source}' onto itself: "
+                        "a node already exists there",
+                        path=target,
+                        existing_request_id=row["request_id"],
+                        store=self._name,
+                    )
                 moved = await conn.fetchrow(
                     f"INSERT INTO {target_table} (path, node_type, content, created_by,"
                     " created_at, version, request_id) VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7)"

@@ -229,6 +229,22 @@ async def test_move_onto_a_taken_path_is_a_conflict_and_changes_nothing(
     assert kept.request_id == "req-b"
 
 
+async def test_a_move_onto_itself_is_a_conflict_and_changes_nothing(
+    store: Store, partition: str
+) -> None:
+    """The target is taken, by the node itself. PostgreSQL's DELETE-then-INSERT moved it onto
+    itself (version + 1, answered created) while the embedded store refused it; found by
+    tests/reliability/test_hostile.py, and this case fails on the PostgreSQL kinds against
+    852c3c6."""
+    await put(store, node(f"{partition}/a", request_id="req-a"))
+    before = await get(store, f"{partition}/a")
+    with pytest.raises(StoreConflictError) as caught:
+        await first_value(store.move(f"{partition}/a", f"{partition}/a"), timeout=WAIT)
+    assert caught.value.path == f"{partition}/a"
+    assert not is_transient_connect_fault(caught.value)
+    assert await get(store, f"{partition}/a") == before
+
+
 async def test_move_of_an_absent_node_is_none(store: Store, partition: str) -> None:
     assert await first_value(store.move(f"{partition}/a", f"{partition}/b"), timeout=WAIT) is None
 
