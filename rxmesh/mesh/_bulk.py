@@ -284,19 +284,24 @@ def _partitions(nodes: list[MeshNode]) -> list[str]:
 
 async def _drain(source: Observable[T], on_item: Callable[[T], None]) -> None:
     """Subscribe to ``source`` until it completes, calling ``on_item`` for each item."""
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    # The future is held through a list emptied at the end: a failed one holds its error, whose
+    # traceback holds this frame, so keeping it here would be a cycle for the GC (a late call
+    # of the callbacks then finds nothing to settle).
+    waiting: list[asyncio.Future[None]] = [asyncio.get_running_loop().create_future()]
 
     def on_error(exc: Exception) -> None:
-        if not done.done():
-            done.set_exception(exc)
+        for done in waiting:
+            if not done.done():
+                done.set_exception(exc)
 
     def on_completed() -> None:
-        if not done.done():
-            done.set_result(None)
+        for done in waiting:
+            if not done.done():
+                done.set_result(None)
 
     subscription = source.subscribe(on_item, on_error, on_completed)
     try:
-        await done
+        await waiting[0]
     finally:
         subscription.dispose()
-        del done  # it holds the error, whose traceback holds this frame: no cycle through it
+        waiting.clear()
