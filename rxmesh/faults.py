@@ -201,12 +201,12 @@ def is_transient_connect_fault(exc: BaseException | None) -> bool:
         ...     is_transient_connect_fault(err)
         True
     """
-    visited: list[BaseException] = []  # <= 8 frames, no group, no revisit: judged in this loop
+    seen: set[int] = set()  # <= 8 frames, no group, no revisit (by id): judged in this loop
     db_seen, current = False, exc
     while current is not None:
-        if len(visited) == 8 or isinstance(current, BaseExceptionGroup) or current in visited:
+        if len(seen) == 8 or isinstance(current, BaseExceptionGroup) or id(current) in seen:
             return _unreachable(exc, _Walk(), db_seen=False)
-        visited.append(current)
+        seen.add(id(current))
         if is_db_frame(current):
             if getattr(current, "sqlstate", None) in TRANSIENT_CONNECT_SQLSTATES:
                 return True

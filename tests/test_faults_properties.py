@@ -196,3 +196,22 @@ def test_a_short_plain_chain_is_judged_without_the_full_walk(
     assert is_transient_connect_fault(FakeDbError("42P01")) is False
     with pytest.raises(AssertionError, match="full walk"):
         is_transient_connect_fault(ExceptionGroup("g", [FakeDbError("08006")]))
+
+
+def test_a_frame_whose_equality_raises_is_still_judged() -> None:
+    """Revisits are told by identity: an exception type whose ``__eq__`` raises (anything a
+    driver or a caller may raise) is walked like any other frame, in the loop and in the walk;
+    the control is the same chain judged by the full walk."""
+
+    class Touchy(Exception):
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("compared")
+
+        __hash__ = Exception.__hash__
+
+    outer = FakeDbError(None)
+    middle = Touchy("x")
+    outer.__cause__ = middle
+    middle.__cause__ = ConnectionResetError(104, "reset")
+    assert is_transient_connect_fault(outer) is True
+    assert _full_walk(outer) is True
