@@ -27,7 +27,6 @@ import json
 import re
 import secrets
 import time
-import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -1075,11 +1074,6 @@ class PostgresStore:
         try:
             conn = await pool.acquire(timeout=self._acquire_timeout)
         except _DRIVER_FAULTS as exc:
-            # asyncpg's connect path keeps its errors in locals of the frames their tracebacks
-            # hold: about 87 objects of cyclic garbage each refused connect (every attempt of
-            # every request while the server is away). The finished frames' locals go; their
-            # file and line stay for any traceback shown.
-            traceback.clear_frames(exc.__traceback__)
             self._raise_at_boundary(exc, operation=operation, stage="acquire")
         self._in_use += 1
         try:

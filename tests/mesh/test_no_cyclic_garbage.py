@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
-from urllib.parse import urlparse
 
 import pytest
 
@@ -112,33 +111,3 @@ async def test_an_unavailable_bulk_answer_keeps_no_frame_alive(no_gc: None) -> N
     assert frames == []
     mesh.dispose()
 
-
-@pytest.mark.postgres
-async def test_an_unreachable_postgres_leaves_no_cyclic_garbage(
-    pg_dsn: str, prefix: str, no_gc: None
-) -> None:
-    """A refused connect (a real one: a proxy in front of the server refuses) answered
-    UNAVAILABLE leaves about no cyclic garbage; asyncpg's connect path left ~87 objects an
-    answer until the store cleared its error's finished frames (fails against 6bad9a2)."""
-    from rxmesh.providers.postgres import PostgresStore
-    from rxmesh.testing import FaultProxy
-
-    server = urlparse(pg_dsn)
-    async with FaultProxy(server.hostname or "127.0.0.1", server.port or 5432) as proxy:
-        store = PostgresStore(
-            proxy.dsn(pg_dsn), schema_prefix=prefix, max_size=2, connect_timeout=2.0
-        )
-        await store.start()
-        try:
-            mesh = Mesh(store, ledger=PendingWriteLedger(""), retry_delays=())
-            await mesh.create(MeshNode(path="u/warm", content={}), access=ALICE)
-            proxy.refuse()
-            proxy.reset()
-            assert await _answers(mesh, 10, "w") == {RejectionReason.UNAVAILABLE}
-            gc.collect()
-            assert await _answers(mesh, 50, "n") == {RejectionReason.UNAVAILABLE}
-            assert gc.collect() / 50 < 5.0  # per answer; before: ~87
-            mesh.dispose()
-            await proxy.restore()
-        finally:
-            await store.close()
