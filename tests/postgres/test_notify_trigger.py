@@ -38,16 +38,20 @@ def announced(payloads: list[str], prefix: str) -> Counter[tuple[str, str, int]]
 class _Listener:
     def __init__(self) -> None:
         self.payloads: list[str] = []
+        self.arrived = asyncio.Event()
 
     def __call__(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         self.payloads.append(payload)
+        self.arrived.set()
 
 
 async def _drain(listener: _Listener, marker: str) -> list[str]:
-    """The payloads up to (without) the one that announces ``marker``."""
+    """The payloads up to (without) the one that announces ``marker`` (NOTIFYs arrive in commit
+    order, so every payload of the statement before the marker's is in by then)."""
     async with asyncio.timeout(WAIT):
-        while not any(marker in payload for payload in listener.payloads):  # noqa: ASYNC110
-            await asyncio.sleep(0.005)
+        while not any(marker in payload for payload in listener.payloads):
+            listener.arrived.clear()
+            await listener.arrived.wait()
     taken = [p for p in listener.payloads if marker not in p]
     listener.payloads.clear()
     return taken

@@ -98,6 +98,18 @@ async def test_every_window_lands_whole_in_one_transaction_and_is_reported_in_or
         }
 
 
+async def _no_copy_running(conn: asyncpg.Connection, pattern: str) -> None:
+    """Until no other backend runs a statement LIKE ``pattern`` (a real server's state: polled,
+    bounded by WAIT)."""
+    running = (
+        "SELECT count(*) FROM pg_stat_activity WHERE state <> 'idle'"
+        " AND query LIKE $1 AND pid <> pg_backend_pid()"
+    )
+    async with asyncio.timeout(WAIT):
+        while await conn.fetchval(running, pattern):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+
 async def test_rows_written_one_by_one_are_one_transaction_each(
     pg_dsn: str, prefix: str, conn: asyncpg.Connection
 ) -> None:
@@ -116,15 +128,17 @@ async def test_a_taken_path_lands_the_rest_of_its_window_and_is_never_overwritte
             path="w/n00500", node_type="Doc", content="theirs", version=7, request_id="other"
         )
         changes: list[NodeChange] = []
-        seeded, all_new = asyncio.Event(), asyncio.Event()
+        seeded, marked = asyncio.Event(), asyncio.Event()
+        marker = "m/marker"  # another partition: the "w" table keeps exactly its rows
 
         def on_change(change: NodeChange) -> None:
             if not seeded.is_set():  # the seed's own announcement, before the bulk
                 seeded.set()
                 return
+            if change.path == marker:  # committed after the bulk: the feed is in commit order
+                marked.set()
+                return
             changes.append(change)
-            if len({c.path for c in changes}) >= 1999:
-                all_new.set()
 
         subscription = store.changes.subscribe(on_change)
         try:
@@ -136,9 +150,11 @@ async def test_a_taken_path_lands_the_rest_of_its_window_and_is_never_overwritte
             expected = [n.path for n in nodes if n.path != "w/n00500"]
             assert [len(w.paths) for w in windows] == [999, 1000]
             assert [p for w in windows for p in w.paths] == expected
+            # Any announcement the bulk made (a stray one of the taken row included) comes
+            # before the one of a row committed after it.
+            await first_value(store.write(MeshNode(path=marker, version=1)), timeout=WAIT)
             async with asyncio.timeout(WAIT):
-                await all_new.wait()
-            await asyncio.sleep(0.2)  # time for a stray announcement of the taken row
+                await marked.wait()
         finally:
             subscription.dispose()
         assert sorted({c.path for c in changes}) == expected  # the taken row is not announced
@@ -180,7 +196,9 @@ async def test_a_cancelled_bulk_leaves_whole_windows_and_a_working_store(
         async with asyncio.timeout(WAIT):
             await first
         subscription.dispose()
-        await asyncio.sleep(0.5)  # the cancelled window ends (its connection is terminated)
+        # The cancelled window ends (its connection is terminated): wait until no COPY of it
+        # is left running on the server.
+        await _no_copy_running(conn, f"COPY %{prefix}w%")
         landed = await conn.fetchval(f"SELECT count(*) FROM {_table(store, 'w')}")
         assert landed % 500 == 0  # never half a window
         assert landed < 20_000
@@ -260,13 +278,7 @@ async def test_a_connection_cut_inside_a_window_s_copy_leaves_the_earlier_window
             assert is_store_unreachable(caught.value)
             assert [(w.index, len(w.paths)) for w in seen] == [(0, 1000)]
             # The server may still be reading what reached it before the cut: wait for it.
-            copying = (
-                "SELECT count(*) FROM pg_stat_activity WHERE state <> 'idle'"
-                " AND query LIKE $1 AND pid <> pg_backend_pid()"
-            )
-            async with asyncio.timeout(WAIT):
-                while await conn.fetchval(copying, f"COPY %{prefix}w%"):  # noqa: ASYNC110
-                    await asyncio.sleep(0.05)
+            await _no_copy_running(conn, f"COPY %{prefix}w%")
             # the cut window landed whole or not at all (its end may have reached the server
             # before the cut: an outcome the caller learns by reading, as for any statement)
             landed = await _transactions(conn, _table(store, "w"))
