@@ -79,6 +79,7 @@ from rxmesh.providers._feed import (
     probe_marker,
     probe_payload,
 )
+from rxmesh.providers._groups import WriteGroups
 from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
 
 __all__ = [
@@ -348,6 +349,15 @@ async def _one_transaction(conn: _Connection, statements: str) -> None:
         raise
 
 
+_WRITE_LANES = 2
+"""Creates of one partition in flight at once before the next ones go as a group
+(:class:`~rxmesh.providers._groups.WriteGroups`)."""
+
+
+def _path_of(node: MeshNode) -> str:
+    return node.path
+
+
 def _content_text(node: MeshNode) -> str | None:
     return None if node.content is None else _for_jsonb(json.dumps(node.content))
 
@@ -594,6 +604,9 @@ class PostgresStore:
         self._pool: asyncpg.Pool | None = None
         self._in_use = 0
         self._ensured: set[str] = set()
+        self._groups: WriteGroups[str, MeshNode] = WriteGroups(
+            self._write_group, _path_of, lanes=_WRITE_LANES
+        )
         self._closing = False
         self._changes = _Hot()
         self._gaps = _Hot()
@@ -1327,6 +1340,10 @@ class PostgresStore:
             row = await self._with_schema(conn, partition, lambda: insert(conn))
             if row is not None:
                 return written
+            return await decide(conn)
+
+        async def decide(conn: _Connection) -> MeshNode:
+            """The INSERT wrote nothing: the row there says what the write's outcome is."""
             existing = await conn.fetchrow(
                 f"SELECT {_COLUMNS} FROM {table} WHERE path = $1", node.path
             )
@@ -1348,7 +1365,50 @@ class PostgresStore:
                 store=self._name,
             )
 
-        return await self._run(f"writing '{node.path}'", work)
+        groups = self._groups
+        if groups.enter(partition):
+            try:
+                return await self._run(f"writing '{node.path}'", work)
+            finally:
+                groups.leave(partition)
+        if await groups.join(partition, node):
+            return written
+        return await self._run(f"writing '{node.path}'", decide)
+
+    async def _write_group(self, partition: str, nodes: list[MeshNode]) -> set[str]:
+        """Concurrent creates of one partition (:class:`WriteGroups`) in ONE statement, its own
+        transaction: the paths that landed. The rest were taken; each of those members decides
+        its outcome alone."""
+        table = self._table(partition)
+        columns = (
+            [n.path for n in nodes],
+            [n.node_type for n in nodes],
+            [_content_text(n) for n in nodes],
+            [n.created_by for n in nodes],
+            [n.created_at for n in nodes],
+            [max(1, n.version) for n in nodes],
+            [n.request_id for n in nodes],
+        )
+
+        async def insert(conn: _Connection) -> list[asyncpg.Record]:
+            return await conn.fetch(
+                f"INSERT INTO {table} ({', '.join(_WRITE_COLUMNS)})"
+                " SELECT p, t, c::jsonb, b, a, v, r FROM unnest($1::text[], $2::text[],"
+                " $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::text[])"
+                " AS u(p, t, c, b, a, v, r) ON CONFLICT (path) DO NOTHING RETURNING path",
+                *columns,
+            )
+
+        async def work(conn: _Connection) -> set[str]:
+            rows = await self._with_schema(conn, partition, lambda: insert(conn))
+            return {row[0] for row in rows}
+
+        first = nodes[0].path
+        return await self._run(
+            f"writing '{first}' with {len(nodes) - 1} other concurrent create(s) of partition "
+            f"'{partition}' in one statement",
+            work,
+        )
 
     def write_many(
         self, nodes: Sequence[MeshNode], window: int = DEFAULT_WRITE_WINDOW

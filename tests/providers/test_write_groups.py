@@ -1,0 +1,194 @@
+"""``WriteGroups``: concurrent creates of one key go as one group only when every lane is busy.
+
+Each send here is a coroutine the test releases by hand (an ``asyncio.Event``), so which writes
+share a group is decided by the test, never by timing. The PostgreSQL side (one statement, one
+transaction, conflicts decided alone) is tests/postgres/test_write_groups.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rxmesh.providers._groups import WriteGroups
+
+WAIT = 5.0
+
+
+class Sends:
+    """A fake ``send``: records each group, lands what is not in ``taken``, raises ``error``."""
+
+    def __init__(self, taken: frozenset[str] = frozenset()) -> None:
+        self.groups: list[list[str]] = []
+        self.release = asyncio.Event()
+        self.taken = taken
+        self.error: Exception | None = None
+
+    async def __call__(self, key: str, items: list[str]) -> set[str]:
+        self.groups.append(list(items))
+        await self.release.wait()
+        if self.error is not None:
+            raise self.error
+        return {item for item in items if item not in self.taken}
+
+
+def _groups(sends: Sends, lanes: int = 1, most: int = 64) -> WriteGroups[str, str]:
+    return WriteGroups(sends, lambda item: item, lanes=lanes, most=most)
+
+
+async def _lone(groups: WriteGroups[str, str], key: str, gate: asyncio.Event) -> str:
+    """A lone create: takes a lane, holds it until ``gate`` is set."""
+    assert groups.enter(key)
+    try:
+        await gate.wait()
+        return "alone"
+    finally:
+        groups.leave(key)
+
+
+async def _write(groups: WriteGroups[str, str], key: str, item: str) -> bool | str:
+    """What ``PostgresStore.awrite`` does: alone when a lane is free, else in a group."""
+    if groups.enter(key):
+        groups.leave(key)
+        return "alone"
+    return await groups.join(key, item)
+
+
+async def _turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_a_write_with_a_free_lane_goes_alone_and_no_group_is_sent() -> None:
+    sends = Sends()
+    groups = _groups(sends, lanes=2)
+    assert [await _write(groups, "p", f"p/{i}") for i in range(5)] == ["alone"] * 5
+    assert sends.groups == [] and groups.groups_sent == 0
+
+
+async def test_writes_that_wait_behind_a_busy_lane_go_as_one_group_in_arrival_order() -> None:
+    sends = Sends()
+    groups = _groups(sends, lanes=1)
+    gate = asyncio.Event()
+    lone = asyncio.create_task(_lone(groups, "p", gate))
+    await _turns()
+    waiting = [asyncio.create_task(_write(groups, "p", f"p/{i}")) for i in range(6)]
+    await _turns()
+    assert sends.groups == []  # nothing is sent while the only lane is busy
+    gate.set()
+    await _turns()
+    assert sends.groups == [[f"p/{i}" for i in range(6)]]
+    sends.release.set()
+    assert await asyncio.wait_for(asyncio.gather(*waiting), WAIT) == [True] * 6
+    assert await lone == "alone"
+    assert groups.groups_sent == 1
+
+
+async def test_another_key_is_not_held_by_a_busy_one() -> None:
+    """Negative control of the lane rule: lanes are per key."""
+    sends = Sends()
+    groups = _groups(sends, lanes=1)
+    gate = asyncio.Event()
+    lone = asyncio.create_task(_lone(groups, "p", gate))
+    await _turns()
+    assert await _write(groups, "q", "q/1") == "alone"
+    gate.set()
+    await lone
+
+
+async def test_two_writes_of_one_path_never_share_a_group_and_most_caps_a_group() -> None:
+    sends = Sends(taken=frozenset())
+    groups = _groups(sends, lanes=1, most=3)
+    gate = asyncio.Event()
+    lone = asyncio.create_task(_lone(groups, "p", gate))
+    await _turns()
+    items = ["p/a", "p/a", "p/b", "p/c", "p/d"]
+    waiting = [asyncio.create_task(_write(groups, "p", item)) for item in items]
+    await _turns()
+    gate.set()
+    await _turns()
+    assert sends.groups == [["p/a", "p/b", "p/c"]]
+    sends.release.set()
+    await asyncio.wait_for(asyncio.gather(*waiting), WAIT)
+    assert sends.groups == [["p/a", "p/b", "p/c"], ["p/a", "p/d"]]
+    await lone
+
+
+async def test_a_member_whose_path_was_taken_learns_it_did_not_land() -> None:
+    sends = Sends(taken=frozenset({"p/b"}))
+    groups = _groups(sends, lanes=1)
+    gate = asyncio.Event()
+    lone = asyncio.create_task(_lone(groups, "p", gate))
+    await _turns()
+    waiting = [asyncio.create_task(_write(groups, "p", f"p/{x}")) for x in "abc"]
+    await _turns()
+    gate.set()
+    sends.release.set()
+    assert await asyncio.wait_for(asyncio.gather(*waiting), WAIT) == [True, False, True]
+    await lone
+
+
+async def test_a_failed_group_raises_its_error_in_every_member() -> None:
+    sends = Sends()
+    sends.error = ConnectionResetError("cut")
+    groups = _groups(sends, lanes=1)
+    gate = asyncio.Event()
+    lone = asyncio.create_task(_lone(groups, "p", gate))
+    await _turns()
+    waiting = [asyncio.create_task(_write(groups, "p", f"p/{i}")) for i in range(4)]
+    await _turns()
+    gate.set()
+    sends.release.set()
+    results = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), WAIT)
+    assert all(result is sends.error for result in results)
+    await lone
+    # the lane is free again: the next write goes alone
+    assert await _write(groups, "p", "p/next") == "alone"
+
+
+async def test_a_member_cancelled_before_its_group_is_sent_is_not_sent() -> None:
+    sends = Sends()
+    groups = _groups(sends, lanes=1)
+    gate = asyncio.Event()
+    lone = asyncio.create_task(_lone(groups, "p", gate))
+    await _turns()
+    waiting = {x: asyncio.create_task(_write(groups, "p", f"p/{x}")) for x in "abc"}
+    await _turns()
+    waiting["b"].cancel()
+    await _turns()
+    gate.set()
+    sends.release.set()
+    assert await asyncio.wait_for(waiting["a"], WAIT) is True
+    assert await asyncio.wait_for(waiting["c"], WAIT) is True
+    with pytest.raises(asyncio.CancelledError):
+        await waiting["b"]
+    assert sends.groups == [["p/a", "p/c"]]  # control: the others were sent
+    await lone
+
+
+async def test_a_member_cancelled_after_its_group_was_sent_leaves_the_others_their_answer() -> None:
+    sends = Sends()
+    groups = _groups(sends, lanes=1)
+    gate = asyncio.Event()
+    lone = asyncio.create_task(_lone(groups, "p", gate))
+    await _turns()
+    waiting = [asyncio.create_task(_write(groups, "p", f"p/{i}")) for i in range(3)]
+    await _turns()
+    gate.set()
+    await _turns()
+    assert sends.groups == [["p/0", "p/1", "p/2"]]
+    waiting[1].cancel()
+    await _turns()
+    sends.release.set()
+    assert await asyncio.wait_for(waiting[0], WAIT) is True
+    assert await asyncio.wait_for(waiting[2], WAIT) is True
+    with pytest.raises(asyncio.CancelledError):
+        await waiting[1]
+    await lone
+
+
+@pytest.mark.parametrize(("lanes", "most"), [(0, 64), (2, 1)])
+def test_lanes_and_group_size_are_checked(lanes: int, most: int) -> None:
+    with pytest.raises(ValueError, match="lanes >= 1 and most >= 2"):
+        WriteGroups(Sends(), lambda item: item, lanes=lanes, most=most)
