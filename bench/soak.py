@@ -75,6 +75,9 @@ class SoakConfig:
     restarts: int = 5
     seed: int = 1
     recover_timeout: float = 60.0
+    burst: int = 16
+    """A further writer sends ``per_writer`` creates into ONE partition, ``burst`` at a time
+    (0: none), so concurrent creates there go as write groups (docs/providers.md) under chaos."""
     chaos_interval: tuple[float, float] = (0.1, 0.6)
     refuse_for: tuple[float, float] = (0.1, 0.8)
 
@@ -203,6 +206,29 @@ async def _writer(
         previous = entry
 
 
+async def _burst_writer(
+    mesh: Mesh, config: SoakConfig, requests: list[_Request], progress: list[int]
+) -> None:
+    """``per_writer`` creates into partition ``burst``, ``config.burst`` in flight at a time."""
+    access = AccessContext(user="burster")
+
+    async def create(n: int) -> None:
+        path = f"burst/n{n:05d}"
+        request = CreateNodeRequest(node=MeshNode(path=path, content={"n": n}), access=access)
+        entry = _Request(path, request.request_id)
+        requests.append(entry)
+        try:
+            entry.answer = await first_value(mesh.create_node(request), timeout=ANSWER_TIMEOUT)
+        except TimeoutError:
+            entry.problem = "no answer in time"
+        progress[0] += 1
+
+    for start in range(0, config.per_writer, config.burst):
+        await asyncio.gather(
+            *(create(n) for n in range(start, min(start + config.burst, config.per_writer)))
+        )
+
+
 async def _verb(mesh: Mesh, entry: _Verb, request: Any) -> NodeOperationResponse | None:
     verbs = {"update": mesh.update_node, "delete": mesh.delete_node, "move": mesh.move_node}
     try:
@@ -282,7 +308,7 @@ async def _rows(dsn: str) -> tuple[dict[str, list[str | None]], dict[str, str]]:
 
 async def run_soak(config: SoakConfig) -> dict[str, Any]:
     """Run the soak and return its report (see the module docstring)."""
-    total = config.writers * config.per_writer
+    total = (config.writers + (1 if config.burst else 0)) * config.per_writer
     started = time.monotonic()
     with TemporaryPostgresCluster() as cluster, tempfile.TemporaryDirectory() as scratch:
         journal = Path(scratch) / "journal"
@@ -311,11 +337,15 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
                 _chaos(config, cluster, proxy, progress, total, done, chaos)
             )
             try:
+                bursts = (
+                    [_burst_writer(mesh, config, requests, progress)] if config.burst else []
+                )
                 await asyncio.gather(
                     *(
                         _writer(mesh, w, config.per_writer, requests, progress, verbs)
                         for w in range(config.writers)
-                    )
+                    ),
+                    *bursts,
                 )
             finally:
                 done.set()
@@ -352,6 +382,7 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
                     break
                 await asyncio.sleep(0.05)
             statistics = ledger.statistics()
+            write_groups = store._groups.groups_sent
             watching.dispose()
             mesh.dispose()
             ledger.close()  # commits every settled removal: a settled journal is empty
@@ -377,6 +408,8 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
         touched={v.path for v in verbs} | {v.target for v in verbs if v.target},
     )
     report.update(_verbs_report(verbs, outcomes, rows, contents))
+    report["burst"] = config.burst
+    report["write_groups"] = write_groups
     return report
 
 
@@ -584,6 +617,7 @@ def table(report: dict[str, Any]) -> str:
         "recover_seconds",
         "write_phase_seconds",
         "store_close_error",
+        "write_groups",
         "chaos",
         "verbs",
         "verbs_lost",
@@ -620,6 +654,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--per-writer", type=int)
     parser.add_argument("--restarts", type=int)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--burst", type=int, default=16, help="creates in flight in the shared partition (0: none)"
+    )
     parser.add_argument("--recover-timeout", type=float, default=60.0)
     args = parser.parse_args(argv)
     base = SoakConfig(writers=4, per_writer=150, restarts=1) if args.short else SoakConfig()
@@ -629,6 +666,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         restarts=base.restarts if args.restarts is None else args.restarts,
         seed=args.seed,
         recover_timeout=args.recover_timeout,
+        burst=args.burst,
     )
     report = asyncio.run(run_soak(config))
     print(json.dumps(report, sort_keys=True))
