@@ -13,9 +13,11 @@ already waiting behind a busy lane, so a lone create is never delayed.
 
 Each member learns whether its row landed. A row that did not land (its path was taken) is
 decided by the member itself, alone, as a lone create would be (an ambiguous commit of its own
-request, or a conflict); two members of one path never share a group. A group that fails
-gives every member the same error, which is each member's own outcome: the statement either
-ran for all of them or for none. A member cancelled while it waits leaves its group before
+request, or a conflict); two members of one path never share a group. A group the server
+refused whole (a statement is atomic: nothing of it was written) is sent again member by
+member, so one member's refused row is that member's answer alone. A group that could not be
+evaluated gives every member the same error, which is each member's own outcome: the statement
+either ran for all of them or for none. A member cancelled while it waits leaves its group before
 it is sent; one cancelled after its group was sent may still have landed, as a lone create
 cancelled during its INSERT may have.
 """
@@ -37,20 +39,21 @@ class _Table(Generic[I]):
 
     def __init__(self) -> None:
         self.busy = 0
-        self.waiting: list[tuple[I, asyncio.Future[bool]]] = []
+        self.waiting: list[tuple[I, asyncio.Future[bool | None]]] = []
 
 
 class WriteGroups(Generic[K, I]):
     """Lanes per key, and the groups that form behind them.
 
-    ``send(key, items)`` writes ``items`` in one statement and returns the paths that landed;
+    ``send(key, items)`` writes ``items`` in one statement and returns the paths that landed, or
+    ``None`` when the statement was refused whole (each member then writes alone);
     ``path_of(item)`` is an item's path. ``lanes``: sends of one key in flight at once (lone
     creates and groups alike); ``most``: the largest group.
     """
 
     def __init__(
         self,
-        send: Callable[[K, list[I]], Awaitable[set[str]]],
+        send: Callable[[K, list[I]], Awaitable[set[str] | None]],
         path_of: Callable[[I], str],
         *,
         lanes: int = 2,
@@ -87,10 +90,11 @@ class WriteGroups(Generic[K, I]):
         elif table.busy == 0:
             del self._tables[key]
 
-    async def join(self, key: K, item: I) -> bool:
-        """Wait for ``item``'s group; whether its row landed (``False``: its path was taken)."""
+    async def join(self, key: K, item: I) -> bool | None:
+        """Wait for ``item``'s group: ``True`` its row landed, ``False`` its path was taken,
+        ``None`` the group was refused whole and nothing of it was written (write alone)."""
         table = self._tables[key]
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
         entry = (item, future)
         table.waiting.append(entry)
         if table.busy < self._lanes:  # a lane freed between enter and join
@@ -107,8 +111,8 @@ class WriteGroups(Generic[K, I]):
             raise
 
     def _start_group(self, key: K, table: _Table[I]) -> None:
-        group: list[tuple[I, asyncio.Future[bool]]] = []
-        rest: list[tuple[I, asyncio.Future[bool]]] = []
+        group: list[tuple[I, asyncio.Future[bool | None]]] = []
+        rest: list[tuple[I, asyncio.Future[bool | None]]] = []
         paths: set[str] = set()
         for entry in table.waiting:
             path = self._path_of(entry[0])
@@ -123,7 +127,9 @@ class WriteGroups(Generic[K, I]):
         self._groups.add(task)
         task.add_done_callback(self._groups.discard)
 
-    async def _run_group(self, key: K, group: Sequence[tuple[I, asyncio.Future[bool]]]) -> None:
+    async def _run_group(
+        self, key: K, group: Sequence[tuple[I, asyncio.Future[bool | None]]]
+    ) -> None:
         try:
             self.groups_sent += 1
             landed = await self._send(key, [item for item, _ in group])
@@ -134,7 +140,7 @@ class WriteGroups(Generic[K, I]):
         else:
             for item, future in group:
                 if not future.done():
-                    future.set_result(self._path_of(item) in landed)
+                    future.set_result(None if landed is None else self._path_of(item) in landed)
         finally:
             for _, future in group:  # cancelled (the store closing), or the process stopping
                 if not future.done():

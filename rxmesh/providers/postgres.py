@@ -52,6 +52,7 @@ from rxmesh.exceptions import (
     StorePoolExhaustedError,
     StoreVersionConflictError,
 )
+from rxmesh.faults import is_no_answer_in_time, is_transient_connect_fault
 from rxmesh.model import (
     ChangeFeedGap,
     CommitAnnounced,
@@ -1371,14 +1372,22 @@ class PostgresStore:
                 return await self._run(f"writing '{node.path}'", work)
             finally:
                 groups.leave(partition)
-        if await groups.join(partition, node):
+        landed = await groups.join(partition, node)
+        if landed:
             return written
-        return await self._run(f"writing '{node.path}'", decide)
+        # Taken: the row there decides. Refused whole (None): this write alone, from the start.
+        return await self._run(f"writing '{node.path}'", work if landed is None else decide)
 
-    async def _write_group(self, partition: str, nodes: list[MeshNode]) -> set[str]:
+    async def _write_group(self, partition: str, nodes: list[MeshNode]) -> set[str] | None:
         """Concurrent creates of one partition (:class:`WriteGroups`) in ONE statement, its own
         transaction: the paths that landed. The rest were taken; each of those members decides
-        its outcome alone."""
+        its outcome alone.
+
+        ``None``: the server evaluated the statement and refused it (a row it cannot store, say
+        a content with ``NaN``, which ``jsonb`` refuses): nothing was written, and each member
+        is written alone, so the refusal is the answer of the member it concerns only. A fault
+        the one rule calls unreachable or no answer in time is raised: every member's outcome.
+        """
         table = self._table(partition)
         columns = (
             [n.path for n in nodes],
@@ -1404,11 +1413,16 @@ class PostgresStore:
             return {row[0] for row in rows}
 
         first = nodes[0].path
-        return await self._run(
-            f"writing '{first}' with {len(nodes) - 1} other concurrent create(s) of partition "
-            f"'{partition}' in one statement",
-            work,
-        )
+        try:
+            return await self._run(
+                f"writing '{first}' with {len(nodes) - 1} other concurrent create(s) of "
+                f"partition '{partition}' in one statement",
+                work,
+            )
+        except Exception as exc:
+            if is_transient_connect_fault(exc) or is_no_answer_in_time(exc):
+                raise
+            return None
 
     def write_many(
         self, nodes: Sequence[MeshNode], window: int = DEFAULT_WRITE_WINDOW

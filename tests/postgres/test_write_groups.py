@@ -149,6 +149,37 @@ async def test_a_taken_path_in_a_group_is_decided_alone_and_the_rest_land(
         assert theirs is not None and theirs.request_id == "other"  # never overwritten
 
 
+async def test_a_row_the_server_refuses_is_its_own_members_answer_and_the_rest_land(
+    pg_dsn: str, prefix: str
+) -> None:
+    """Fails against 07b635e, where the group's refusal was raised in every member: ``jsonb``
+    refuses ``NaN`` (the model takes it: the embedded store keeps it), so one member's content
+    failed the other members' creates too. The refused statement wrote nothing; each member is
+    then written alone, and only the NaN one is refused."""
+    async with started(pg_dsn, prefix, max_size=6) as store:
+        holder, lanes = await _busy_lanes(pg_dsn, store)
+        bad = MeshNode(path="g/nan", content={"x": float("nan")}, version=1, request_id="r-nan")
+        members = [
+            asyncio.create_task(store.awrite(_node("g/m00"))),
+            asyncio.create_task(store.awrite(bad)),
+            asyncio.create_task(store.awrite(_node("g/m01"))),
+        ]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await holder.execute("ROLLBACK")
+        await holder.close()
+        await asyncio.wait_for(asyncio.gather(*lanes), WAIT)
+        first, refused, last = await asyncio.wait_for(
+            asyncio.gather(*members, return_exceptions=True), WAIT
+        )
+        assert store._groups.groups_sent == 1  # the three did go as one group first
+        assert isinstance(refused, asyncpg.InvalidTextRepresentationError), refused
+        assert isinstance(first, MeshNode) and first.path == "g/m00"
+        assert isinstance(last, MeshNode) and last.path == "g/m01"
+        assert await store.aread("g/nan") is None
+        assert await store.aread("g/m00") is not None and await store.aread("g/m01") is not None
+
+
 async def test_a_group_cut_mid_statement_fails_every_member_and_writes_none(
     pg_dsn: str, prefix: str
 ) -> None:

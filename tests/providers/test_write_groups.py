@@ -24,12 +24,15 @@ class Sends:
         self.release = asyncio.Event()
         self.taken = taken
         self.error: Exception | None = None
+        self.refused = False
 
-    async def __call__(self, key: str, items: list[str]) -> set[str]:
+    async def __call__(self, key: str, items: list[str]) -> set[str] | None:
         self.groups.append(list(items))
         await self.release.wait()
         if self.error is not None:
             raise self.error
+        if self.refused:
+            return None
         return {item for item in items if item not in self.taken}
 
 
@@ -126,6 +129,21 @@ async def test_a_member_whose_path_was_taken_learns_it_did_not_land() -> None:
     gate.set()
     sends.release.set()
     assert await asyncio.wait_for(asyncio.gather(*waiting), WAIT) == [True, False, True]
+    await lone
+
+
+async def test_a_group_refused_whole_tells_every_member_to_write_alone() -> None:
+    sends = Sends()
+    sends.refused = True
+    groups = _groups(sends, lanes=1)
+    gate = asyncio.Event()
+    lone = asyncio.create_task(_lone(groups, "p", gate))
+    await _turns()
+    waiting = [asyncio.create_task(_write(groups, "p", f"p/{x}")) for x in "ab"]
+    await _turns()
+    gate.set()
+    sends.release.set()
+    assert await asyncio.wait_for(asyncio.gather(*waiting), WAIT) == [None, None]
     await lone
 
 
