@@ -48,7 +48,9 @@ class WriteGroups(Generic[K, I]):
     ``send(key, items)`` writes ``items`` in one statement and returns the paths that landed, or
     ``None`` when the statement was refused whole (each member then writes alone);
     ``path_of(item)`` is an item's path. ``lanes``: sends of one key in flight at once (lone
-    creates and groups alike); ``most``: the largest group.
+    creates and groups alike); ``most``: the largest group; ``size_of(item)``: its bytes on the
+    wire, of which a group holds at most ``most_bytes`` (a larger item goes in a group of its
+    own), so no group's statement is long to encode on the loop.
     """
 
     def __init__(
@@ -58,6 +60,8 @@ class WriteGroups(Generic[K, I]):
         *,
         lanes: int = 2,
         most: int = 64,
+        size_of: Callable[[I], int] = lambda _: 0,
+        most_bytes: int = 1 << 20,
     ) -> None:
         if lanes < 1 or most < 2:
             raise ValueError(f"WriteGroups needs lanes >= 1 and most >= 2, got {lanes}, {most}")
@@ -65,6 +69,8 @@ class WriteGroups(Generic[K, I]):
         self._path_of = path_of
         self._lanes = lanes
         self._most = most
+        self._size_of = size_of
+        self._most_bytes = most_bytes
         self._tables: dict[K, _Table[I]] = {}
         self._groups: set[asyncio.Task[None]] = set()
         self.groups_sent = 0
@@ -114,11 +120,18 @@ class WriteGroups(Generic[K, I]):
         group: list[tuple[I, asyncio.Future[bool | None]]] = []
         rest: list[tuple[I, asyncio.Future[bool | None]]] = []
         paths: set[str] = set()
+        budget = self._most_bytes
         for entry in table.waiting:
             path = self._path_of(entry[0])
-            if len(group) < self._most and path not in paths:
+            size = self._size_of(entry[0])
+            if (
+                len(group) < self._most
+                and path not in paths
+                and (size <= budget or not group)  # one row over the budget goes alone
+            ):
                 paths.add(path)
                 group.append(entry)
+                budget -= size
             else:
                 rest.append(entry)  # a second write of one path waits for the next group
         table.waiting = rest

@@ -355,8 +355,13 @@ _WRITE_LANES = 2
 (:class:`~rxmesh.providers._groups.WriteGroups`)."""
 
 
-def _path_of(node: MeshNode) -> str:
-    return node.path
+def _path_of(member: tuple[MeshNode, str | None]) -> str:
+    return member[0].path
+
+
+def _size_of(member: tuple[MeshNode, str | None]) -> int:
+    """A create's content text, the part of its row that can be large (up to 1 MB)."""
+    return 0 if member[1] is None else len(member[1])
 
 
 def _content_text(node: MeshNode) -> str | None:
@@ -605,8 +610,8 @@ class PostgresStore:
         self._pool: asyncpg.Pool | None = None
         self._in_use = 0
         self._ensured: set[str] = set()
-        self._groups: WriteGroups[str, MeshNode] = WriteGroups(
-            self._write_group, _path_of, lanes=_WRITE_LANES
+        self._groups: WriteGroups[str, tuple[MeshNode, str | None]] = WriteGroups(
+            self._write_group, _path_of, lanes=_WRITE_LANES, size_of=_size_of
         )
         self._closing = False
         self._changes = _Hot()
@@ -1322,6 +1327,7 @@ class PostgresStore:
         # The row as written is the node as sent (the INSERT stores exactly these values), so
         # only the path comes back: no row is decoded and re-validated on the hot path.
         written = node if node.version >= 1 else node.model_copy(update={"version": 1})
+        content = _content_text(node)
 
         async def insert(conn: _Connection) -> asyncpg.Record | None:
             return await conn.fetchrow(
@@ -1330,7 +1336,7 @@ class PostgresStore:
                 " ON CONFLICT (path) DO NOTHING RETURNING path",
                 node.path,
                 node.node_type,
-                _content_text(node),
+                content,
                 node.created_by,
                 node.created_at,
                 max(1, node.version),
@@ -1372,13 +1378,15 @@ class PostgresStore:
                 return await self._run(f"writing '{node.path}'", work)
             finally:
                 groups.leave(partition)
-        landed = await groups.join(partition, node)
+        landed = await groups.join(partition, (node, content))
         if landed:
             return written
         # Taken: the row there decides. Refused whole (None): this write alone, from the start.
         return await self._run(f"writing '{node.path}'", work if landed is None else decide)
 
-    async def _write_group(self, partition: str, nodes: list[MeshNode]) -> set[str] | None:
+    async def _write_group(
+        self, partition: str, members: list[tuple[MeshNode, str | None]]
+    ) -> set[str] | None:
         """Concurrent creates of one partition (:class:`WriteGroups`) in ONE statement, its own
         transaction: the paths that landed. The rest were taken; each of those members decides
         its outcome alone.
@@ -1389,10 +1397,11 @@ class PostgresStore:
         the one rule calls unreachable or no answer in time is raised: every member's outcome.
         """
         table = self._table(partition)
+        nodes = [node for node, _ in members]
         columns = (
             [n.path for n in nodes],
             [n.node_type for n in nodes],
-            [_content_text(n) for n in nodes],
+            [content for _, content in members],
             [n.created_by for n in nodes],
             [n.created_at for n in nodes],
             [max(1, n.version) for n in nodes],

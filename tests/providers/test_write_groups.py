@@ -118,6 +118,25 @@ async def test_two_writes_of_one_path_never_share_a_group_and_most_caps_a_group(
     await lone
 
 
+async def test_a_group_holds_at_most_its_byte_budget_and_a_larger_row_goes_alone() -> None:
+    sends = Sends()
+    sizes = {"p/a": 40, "p/b": 40, "p/c": 40, "p/big": 500, "p/d": 10}
+    groups: WriteGroups[str, str] = WriteGroups(
+        sends, lambda item: item, lanes=1, size_of=sizes.__getitem__, most_bytes=100
+    )
+    gate = asyncio.Event()
+    lone = asyncio.create_task(_lone(groups, "p", gate))
+    await _turns()
+    waiting = [asyncio.create_task(_write(groups, "p", item)) for item in sizes]
+    await _turns()
+    gate.set()
+    sends.release.set()
+    assert await asyncio.wait_for(asyncio.gather(*waiting), WAIT) == [True] * 5
+    # 40 + 40 fit, the third 40 does not (120 > 100), the 500 is over any budget; 10 fits
+    assert sends.groups == [["p/a", "p/b", "p/d"], ["p/c"], ["p/big"]]
+    await lone
+
+
 async def test_a_member_whose_path_was_taken_learns_it_did_not_land() -> None:
     sends = Sends(taken=frozenset({"p/b"}))
     groups = _groups(sends, lanes=1)
