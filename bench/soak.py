@@ -190,15 +190,8 @@ async def _writer(
     access = AccessContext(user=f"writer{index}")
     previous: _Request | None = None
     for n in range(per_writer):
-        path = f"w{index:03d}/n{n:05d}"  # one partition per writer: its owner
-        request = CreateNodeRequest(node=MeshNode(path=path, content={"n": n}), access=access)
-        entry = _Request(path, request.request_id)
-        requests.append(entry)
-        try:
-            entry.answer = await first_value(mesh.create_node(request), timeout=ANSWER_TIMEOUT)
-        except TimeoutError:
-            entry.problem = "no answer in time"
-        progress[0] += 1
+        # one partition per writer: its owner
+        entry = await _create(mesh, access, f"w{index:03d}/n{n:05d}", n, requests, progress)
         created = previous.answer if previous is not None else None
         if n % 4 == 3 and created is not None and created.success and created.node is not None:
             kind = ("update", "delete", "move")[(n // 4) % 3]
@@ -211,22 +204,33 @@ async def _burst_writer(
 ) -> None:
     """``per_writer`` creates into partition ``burst``, ``config.burst`` in flight at a time."""
     access = AccessContext(user="burster")
-
-    async def create(n: int) -> None:
-        path = f"burst/n{n:05d}"
-        request = CreateNodeRequest(node=MeshNode(path=path, content={"n": n}), access=access)
-        entry = _Request(path, request.request_id)
-        requests.append(entry)
-        try:
-            entry.answer = await first_value(mesh.create_node(request), timeout=ANSWER_TIMEOUT)
-        except TimeoutError:
-            entry.problem = "no answer in time"
-        progress[0] += 1
-
     for start in range(0, config.per_writer, config.burst):
         await asyncio.gather(
-            *(create(n) for n in range(start, min(start + config.burst, config.per_writer)))
+            *(
+                _create(mesh, access, f"burst/n{n:05d}", n, requests, progress)
+                for n in range(start, min(start + config.burst, config.per_writer))
+            )
         )
+
+
+async def _create(
+    mesh: Mesh,
+    access: AccessContext,
+    path: str,
+    n: int,
+    requests: list[_Request],
+    progress: list[int],
+) -> _Request:
+    """One create, its answer kept in the entry it appends to ``requests``."""
+    request = CreateNodeRequest(node=MeshNode(path=path, content={"n": n}), access=access)
+    entry = _Request(path, request.request_id)
+    requests.append(entry)
+    try:
+        entry.answer = await first_value(mesh.create_node(request), timeout=ANSWER_TIMEOUT)
+    except TimeoutError:
+        entry.problem = "no answer in time"
+    progress[0] += 1
+    return entry
 
 
 async def _verb(mesh: Mesh, entry: _Verb, request: Any) -> NodeOperationResponse | None:
@@ -337,9 +341,7 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
                 _chaos(config, cluster, proxy, progress, total, done, chaos)
             )
             try:
-                bursts = (
-                    [_burst_writer(mesh, config, requests, progress)] if config.burst else []
-                )
+                bursts = [_burst_writer(mesh, config, requests, progress)] if config.burst else []
                 await asyncio.gather(
                     *(
                         _writer(mesh, w, config.per_writer, requests, progress, verbs)

@@ -50,7 +50,7 @@ async def _lone(groups: WriteGroups[str, str], key: str, gate: asyncio.Event) ->
         groups.leave(key)
 
 
-async def _write(groups: WriteGroups[str, str], key: str, item: str) -> bool | str:
+async def _write(groups: WriteGroups[str, str], key: str, item: str) -> bool | str | None:
     """What ``PostgresStore.awrite`` does: alone when a lane is free, else in a group."""
     if groups.enter(key):
         groups.leave(key)
@@ -63,6 +63,19 @@ async def _turns(n: int = 5) -> None:
         await asyncio.sleep(0)
 
 
+async def _behind_a_busy_lane(
+    groups: WriteGroups[str, str], items: list[str]
+) -> tuple[asyncio.Event, asyncio.Task[str], list[asyncio.Task[bool | str | None]]]:
+    """A lone create holding partition ``p``'s only lane (until the returned gate is set), and
+    a write of each of ``items`` queued behind it."""
+    gate = asyncio.Event()
+    lone = asyncio.create_task(_lone(groups, "p", gate))
+    await _turns()
+    waiting = [asyncio.create_task(_write(groups, "p", item)) for item in items]
+    await _turns()
+    return gate, lone, waiting
+
+
 async def test_a_write_with_a_free_lane_goes_alone_and_no_group_is_sent() -> None:
     sends = Sends()
     groups = _groups(sends, lanes=2)
@@ -73,11 +86,7 @@ async def test_a_write_with_a_free_lane_goes_alone_and_no_group_is_sent() -> Non
 async def test_writes_that_wait_behind_a_busy_lane_go_as_one_group_in_arrival_order() -> None:
     sends = Sends()
     groups = _groups(sends, lanes=1)
-    gate = asyncio.Event()
-    lone = asyncio.create_task(_lone(groups, "p", gate))
-    await _turns()
-    waiting = [asyncio.create_task(_write(groups, "p", f"p/{i}")) for i in range(6)]
-    await _turns()
+    gate, lone, waiting = await _behind_a_busy_lane(groups, [f"p/{i}" for i in range(6)])
     assert sends.groups == []  # nothing is sent while the only lane is busy
     gate.set()
     await _turns()
@@ -103,12 +112,8 @@ async def test_another_key_is_not_held_by_a_busy_one() -> None:
 async def test_two_writes_of_one_path_never_share_a_group_and_most_caps_a_group() -> None:
     sends = Sends(taken=frozenset())
     groups = _groups(sends, lanes=1, most=3)
-    gate = asyncio.Event()
-    lone = asyncio.create_task(_lone(groups, "p", gate))
-    await _turns()
     items = ["p/a", "p/a", "p/b", "p/c", "p/d"]
-    waiting = [asyncio.create_task(_write(groups, "p", item)) for item in items]
-    await _turns()
+    gate, lone, waiting = await _behind_a_busy_lane(groups, items)
     gate.set()
     await _turns()
     assert sends.groups == [["p/a", "p/b", "p/c"]]
@@ -124,11 +129,7 @@ async def test_a_group_holds_at_most_its_byte_budget_and_a_larger_row_goes_alone
     groups: WriteGroups[str, str] = WriteGroups(
         sends, lambda item: item, lanes=1, size_of=sizes.__getitem__, most_bytes=100
     )
-    gate = asyncio.Event()
-    lone = asyncio.create_task(_lone(groups, "p", gate))
-    await _turns()
-    waiting = [asyncio.create_task(_write(groups, "p", item)) for item in sizes]
-    await _turns()
+    gate, lone, waiting = await _behind_a_busy_lane(groups, list(sizes))
     gate.set()
     sends.release.set()
     assert await asyncio.wait_for(asyncio.gather(*waiting), WAIT) == [True] * 5
@@ -140,11 +141,7 @@ async def test_a_group_holds_at_most_its_byte_budget_and_a_larger_row_goes_alone
 async def test_a_member_whose_path_was_taken_learns_it_did_not_land() -> None:
     sends = Sends(taken=frozenset({"p/b"}))
     groups = _groups(sends, lanes=1)
-    gate = asyncio.Event()
-    lone = asyncio.create_task(_lone(groups, "p", gate))
-    await _turns()
-    waiting = [asyncio.create_task(_write(groups, "p", f"p/{x}")) for x in "abc"]
-    await _turns()
+    gate, lone, waiting = await _behind_a_busy_lane(groups, [f"p/{x}" for x in "abc"])
     gate.set()
     sends.release.set()
     assert await asyncio.wait_for(asyncio.gather(*waiting), WAIT) == [True, False, True]
@@ -155,11 +152,7 @@ async def test_a_group_refused_whole_tells_every_member_to_write_alone() -> None
     sends = Sends()
     sends.refused = True
     groups = _groups(sends, lanes=1)
-    gate = asyncio.Event()
-    lone = asyncio.create_task(_lone(groups, "p", gate))
-    await _turns()
-    waiting = [asyncio.create_task(_write(groups, "p", f"p/{x}")) for x in "ab"]
-    await _turns()
+    gate, lone, waiting = await _behind_a_busy_lane(groups, [f"p/{x}" for x in "ab"])
     gate.set()
     sends.release.set()
     assert await asyncio.wait_for(asyncio.gather(*waiting), WAIT) == [None, None]
@@ -170,11 +163,7 @@ async def test_a_failed_group_raises_its_error_in_every_member() -> None:
     sends = Sends()
     sends.error = ConnectionResetError("cut")
     groups = _groups(sends, lanes=1)
-    gate = asyncio.Event()
-    lone = asyncio.create_task(_lone(groups, "p", gate))
-    await _turns()
-    waiting = [asyncio.create_task(_write(groups, "p", f"p/{i}")) for i in range(4)]
-    await _turns()
+    gate, lone, waiting = await _behind_a_busy_lane(groups, [f"p/{i}" for i in range(4)])
     gate.set()
     sends.release.set()
     results = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), WAIT)
@@ -187,11 +176,8 @@ async def test_a_failed_group_raises_its_error_in_every_member() -> None:
 async def test_a_member_cancelled_before_its_group_is_sent_is_not_sent() -> None:
     sends = Sends()
     groups = _groups(sends, lanes=1)
-    gate = asyncio.Event()
-    lone = asyncio.create_task(_lone(groups, "p", gate))
-    await _turns()
-    waiting = {x: asyncio.create_task(_write(groups, "p", f"p/{x}")) for x in "abc"}
-    await _turns()
+    gate, lone, tasks = await _behind_a_busy_lane(groups, [f"p/{x}" for x in "abc"])
+    waiting = dict(zip("abc", tasks, strict=True))
     waiting["b"].cancel()
     await _turns()
     gate.set()
@@ -207,11 +193,7 @@ async def test_a_member_cancelled_before_its_group_is_sent_is_not_sent() -> None
 async def test_a_member_cancelled_after_its_group_was_sent_leaves_the_others_their_answer() -> None:
     sends = Sends()
     groups = _groups(sends, lanes=1)
-    gate = asyncio.Event()
-    lone = asyncio.create_task(_lone(groups, "p", gate))
-    await _turns()
-    waiting = [asyncio.create_task(_write(groups, "p", f"p/{i}")) for i in range(3)]
-    await _turns()
+    gate, lone, waiting = await _behind_a_busy_lane(groups, [f"p/{i}" for i in range(3)])
     gate.set()
     await _turns()
     assert sends.groups == [["p/0", "p/1", "p/2"]]
