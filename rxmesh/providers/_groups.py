@@ -122,6 +122,8 @@ class WriteGroups(Generic[K, I]):
         paths: set[str] = set()
         budget = self._most_bytes
         for entry in table.waiting:
+            if entry[1].done():  # its member was cancelled and has not run its handler yet
+                continue
             path = self._path_of(entry[0])
             size = self._size_of(entry[0])
             if (
@@ -135,6 +137,10 @@ class WriteGroups(Generic[K, I]):
             else:
                 rest.append(entry)  # a second write of one path waits for the next group
         table.waiting = rest
+        if not group:  # every waiting member was cancelled: nothing to send
+            if table.busy == 0 and not rest and self._tables.get(key) is table:
+                del self._tables[key]
+            return
         table.busy += 1
         task = asyncio.get_running_loop().create_task(self._run_group(key, group))
         self._groups.add(task)

@@ -190,6 +190,23 @@ async def test_a_member_cancelled_before_its_group_is_sent_is_not_sent() -> None
     await lone
 
 
+async def test_a_member_cancelled_just_before_its_lane_frees_is_not_sent() -> None:
+    """The cancelled member's handler has not run yet when the lane frees (same loop turn):
+    its entry is still queued, its future already cancelled. Fails against ee0c91c, whose
+    _start_group sent it: a cancelled create's row was written."""
+    sends = Sends()
+    groups = _groups(sends, lanes=1)
+    gate, lone, (first, second) = await _behind_a_busy_lane(groups, ["p/a", "p/b"])
+    gate.set()  # the lone create wakes first and frees the lane...
+    first.cancel()  # ...before the cancelled member's handler runs (it is woken after)
+    sends.release.set()
+    assert await asyncio.wait_for(second, WAIT) is True
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert sends.groups == [["p/b"]]
+    await lone
+
+
 async def test_a_member_cancelled_after_its_group_was_sent_leaves_the_others_their_answer() -> None:
     sends = Sends()
     groups = _groups(sends, lanes=1)
