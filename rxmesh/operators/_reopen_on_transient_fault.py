@@ -22,6 +22,7 @@ from rxmesh.operators._ladder import (
     ReopenLadder,
     require_callable,
 )
+from rxmesh.operators._sink import direct_sink
 
 __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_REOPENS",
@@ -88,12 +89,16 @@ def reopen_on_transient_fault(
         disposed = False
         upstream = SerialDisposable()
         timer = SerialDisposable()
-        forward_next = observer.on_next
+        # The subscriber's own function behind the stopped check its AutoDetachObserver makes:
+        # this call replaces that one instead of adding to it (rxmesh/operators/_sink.py).
+        owner, sink = direct_sink(observer)
 
         def on_next(value: _T) -> None:
             nonlocal emitted
+            if owner.is_stopped:
+                return
             emitted = True
-            forward_next(value)
+            sink(value)
 
         def on_error(fault: Exception) -> None:
             nonlocal consecutive

@@ -16,6 +16,7 @@ from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposab
 from rxmesh._scheduling import resolve_scheduler
 from rxmesh.faults import is_transient_connect_fault
 from rxmesh.operators._ladder import DEFAULT_RETRY_DELAYS, Ladder, OnRetry
+from rxmesh.operators._sink import direct_sink
 
 __all__ = ["DEFAULT_RETRY_DELAYS", "retry_transient_connect"]
 
@@ -68,12 +69,16 @@ def retry_transient_connect(
             attempt = 0
             upstream = SerialDisposable()
             timer = SerialDisposable()
-            forward_next = observer.on_next
+            # The subscriber's own function behind the stopped check its AutoDetachObserver makes:
+            # this call replaces that one instead of adding to it (rxmesh/operators/_sink.py).
+            owner, sink = direct_sink(observer)
 
             def on_next(value: _T) -> None:
                 nonlocal emitted
+                if owner.is_stopped:
+                    return
                 emitted = True
-                forward_next(value)
+                sink(value)
 
             def on_error(error: Exception) -> None:
                 nonlocal attempt
