@@ -26,6 +26,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
+from rxmesh._trusted import fields_of, trusted
 from rxmesh.exceptions import StoreConflictError
 from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.model import (
@@ -46,6 +47,8 @@ from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
 __all__ = ["InMemoryStore", "InMemoryStoreStatistics", "WriteAttempt"]
 
 _T = TypeVar("_T")
+_CHANGE_FIELDS = fields_of(NodeChange)
+_ANNOUNCED_FIELDS = fields_of(CommitAnnounced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,15 +242,25 @@ class InMemoryStore(MemoryVerbs):
         # Built without re-validation: every field comes from a row this store just validated.
         for change in batch:
             self._answers.on_next(
-                CommitAnnounced.model_construct(
-                    source=self._name, path=change.path, version=change.version
+                trusted(
+                    CommitAnnounced,
+                    {"source": self._name, "path": change.path, "version": change.version},
+                    _ANNOUNCED_FIELDS,
                 )
             )
 
     def _upsert(self, node: MeshNode) -> NodeChange:
         self._partitions.setdefault(node.partition, {})[node.path] = node
-        return NodeChange.model_construct(
-            source=self._name, op="upsert", path=node.path, version=node.version, node=node
+        return trusted(
+            NodeChange,
+            {
+                "source": self._name,
+                "op": "upsert",
+                "path": node.path,
+                "version": node.version,
+                "node": node,
+            },
+            _CHANGE_FIELDS,
         )
 
     def _conflict(self, path: str, existing: MeshNode, what: str) -> StoreConflictError:
@@ -280,7 +293,8 @@ class InMemoryStore(MemoryVerbs):
                 if node.request_id is not None and existing.request_id == node.request_id:
                     return existing  # an ambiguous commit that did land: not a new commit
                 raise self._conflict(node.path, existing, "write refused")
-            stored = node.model_copy(update={"version": max(1, node.version)})
+            # A node the mesh stamped has its version (>= 1) already: kept as is (frozen).
+            stored = node if node.version >= 1 else node.model_copy(update={"version": 1})
             change = self._upsert(stored)
         self._publish([change])
         return stored
@@ -331,7 +345,7 @@ class InMemoryStore(MemoryVerbs):
                 self.write_log.append(WriteAttempt("write_many", node.path))
                 if self._get(node.path) is not None:
                     continue
-                stored = node.model_copy(update={"version": max(1, node.version)})
+                stored = node if node.version >= 1 else node.model_copy(update={"version": 1})
                 changes.append(self._upsert(stored))
             self._windows += 1
         self._publish(changes)
