@@ -114,7 +114,7 @@ async def pg_create(dsn: str, creates: int, concurrency: int, repeat: int) -> li
             mesh_rates: list[float] = []
             raw_rates: list[float] = []
             same_rates: list[float] = []
-            groups_before = store._groups.groups_sent
+            groups_before = store.statistics().write_groups
             for round_ in range(repeat):
                 partition = f"{mode[0]}{round_}"
                 await mesh.create(MeshNode(path=f"{partition}/warm", content={}), access=ALICE)
@@ -158,7 +158,7 @@ async def pg_create(dsn: str, creates: int, concurrency: int, repeat: int) -> li
                     "same_table_vs_raw": round(same_rate / raw_rate, 3),
                     # Creates that waited behind busy lanes and went as one statement each
                     # (docs/providers.md): how many such statements this mode's rounds sent.
-                    "write_groups": store._groups.groups_sent - groups_before,
+                    "write_groups": store.statistics().write_groups - groups_before,
                     "not_success": dict(failures),
                 }
             )

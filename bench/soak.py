@@ -384,7 +384,7 @@ async def run_soak(config: SoakConfig) -> dict[str, Any]:
                     break
                 await asyncio.sleep(0.05)
             statistics = ledger.statistics()
-            write_groups = store._groups.groups_sent
+            write_groups = store.statistics().write_groups
             watching.dispose()
             mesh.dispose()
             ledger.close()  # commits every settled removal: a settled journal is empty

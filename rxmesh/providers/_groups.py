@@ -74,7 +74,9 @@ class WriteGroups(Generic[K, I]):
         self._tables: dict[K, _Table[I]] = {}
         self._groups: set[asyncio.Task[None]] = set()
         self.groups_sent = 0
-        """Groups sent so far (each one statement), for tests and the bench."""
+        """Groups sent so far (each one statement)."""
+        self.members_sent = 0
+        """The writes those groups carried."""
 
     def enter(self, key: K) -> bool:
         """Take a free lane of ``key`` for a lone create (then :meth:`leave` it), or ``False``
@@ -151,6 +153,7 @@ class WriteGroups(Generic[K, I]):
     ) -> None:
         try:
             self.groups_sent += 1
+            self.members_sent += len(group)
             landed = await self._send(key, [item for item, _ in group])
         except Exception as exc:  # noqa: BLE001 - every member's outcome, raised by each
             for _, future in group:

@@ -506,6 +506,9 @@ class PostgresStoreStatistics:
         pool_idle: of those, idle.
         connections_in_use: acquired by rxmesh now.
         feed: the change feed's statistics.
+        write_groups: statements that carried creates waiting behind busy lanes (see
+            ``group_creates``); 0 when grouping is off.
+        grouped_creates: the creates those statements carried.
     """
 
     store: str
@@ -518,6 +521,8 @@ class PostgresStoreStatistics:
     pool_idle: int
     connections_in_use: int
     feed: ChangeFeedStatistics
+    write_groups: int = 0
+    grouped_creates: int = 0
 
 
 class PostgresStore:
@@ -555,6 +560,9 @@ class PostgresStore:
         target_session_attrs: passed to asyncpg for the pool and the listener (one of
             :data:`TARGET_SESSION_ATTRS`); with a multi-host DSN, ``"read-write"`` (or
             ``"primary"``) connects only to the primary, so a standby listed first is skipped.
+        group_creates: concurrent creates of one partition that wait behind its busy lanes go
+            as one statement (docs/providers.md); ``False``: every create is its own statement
+            and transaction, as many in flight as the pool allows.
 
     Use ``async with PostgresStore(dsn) as store:`` or ``await store.start()`` /
     ``await store.close()``.
@@ -579,6 +587,7 @@ class PostgresStore:
         listen_dsn: str | None = None,
         pooled: bool | None = None,
         target_session_attrs: str | None = None,
+        group_creates: bool = True,
     ) -> None:
         if not _PREFIX_RULE.fullmatch(schema_prefix):
             raise ValueError(f"schema_prefix {schema_prefix!r} must match {_PREFIX_RULE.pattern}")
@@ -610,8 +619,10 @@ class PostgresStore:
         self._pool: asyncpg.Pool | None = None
         self._in_use = 0
         self._ensured: set[str] = set()
-        self._groups: WriteGroups[str, tuple[MeshNode, str | None]] = WriteGroups(
-            self._write_group, _path_of, lanes=_WRITE_LANES, size_of=_size_of
+        self._groups: WriteGroups[str, tuple[MeshNode, str | None]] | None = (
+            WriteGroups(self._write_group, _path_of, lanes=_WRITE_LANES, size_of=_size_of)
+            if group_creates
+            else None
         )
         self._closing = False
         self._changes = _Hot()
@@ -678,6 +689,8 @@ class PostgresStore:
             pool_idle=0 if pool is None else pool.get_idle_size(),
             connections_in_use=self._in_use,
             feed=self._feed.snapshot(),
+            write_groups=0 if self._groups is None else self._groups.groups_sent,
+            grouped_creates=0 if self._groups is None else self._groups.members_sent,
         )
 
     @staticmethod
@@ -1373,6 +1386,8 @@ class PostgresStore:
             )
 
         groups = self._groups
+        if groups is None:
+            return await self._run(f"writing '{node.path}'", work)
         if groups.enter(partition):
             try:
                 return await self._run(f"writing '{node.path}'", work)

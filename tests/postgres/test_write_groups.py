@@ -91,7 +91,7 @@ async def test_creates_waiting_behind_busy_lanes_commit_as_one_transaction(
         members = [asyncio.create_task(store.awrite(_node(f"g/m{i:02d}"))) for i in range(20)]
         for _ in range(5):
             await asyncio.sleep(0)
-        assert store._groups.groups_sent == 0  # all of them wait: both lanes are busy
+        assert store.statistics().write_groups == 0  # all of them wait: both lanes are busy
         await holder.execute("ROLLBACK")
         await holder.close()
         written = await asyncio.wait_for(asyncio.gather(*lanes, *members), WAIT)
@@ -104,7 +104,31 @@ async def test_creates_waiting_behind_busy_lanes_commit_as_one_transaction(
             assert count == 23  # seed, two lanes, twenty members: each once
         finally:
             await conn.close()
-        assert store._groups.groups_sent == 1
+        statistics = store.statistics()
+        assert (statistics.write_groups, statistics.grouped_creates) == (1, 20)
+
+
+async def test_with_grouping_off_creates_behind_blocked_ones_go_at_once_each_on_its_own(
+    pg_dsn: str, prefix: str
+) -> None:
+    """``group_creates=False``: no lane holds anything back; every create is its own
+    transaction (the negative control of the grouping, on the same set-up)."""
+    async with started(pg_dsn, prefix, max_size=8, group_creates=False) as store:
+        holder, lanes = await _busy_lanes(pg_dsn, store)
+        members = [asyncio.create_task(store.awrite(_node(f"g/m{i:02d}"))) for i in range(5)]
+        written = await asyncio.wait_for(asyncio.gather(*members), WAIT)  # not held back
+        assert not any(lane.done() for lane in lanes)  # while the two still wait on the lock
+        await holder.execute("ROLLBACK")
+        await holder.close()
+        await asyncio.wait_for(asyncio.gather(*lanes), WAIT)
+        assert [n.path for n in written] == [f"g/m{i:02d}" for i in range(5)]
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            assert await _transactions(conn, store._table("g"), "g/m%") == 5
+        finally:
+            await conn.close()
+        statistics = store.statistics()
+        assert (statistics.write_groups, statistics.grouped_creates) == (0, 0)
 
 
 async def test_creates_one_after_another_are_one_transaction_each(pg_dsn: str, prefix: str) -> None:
@@ -117,7 +141,7 @@ async def test_creates_one_after_another_are_one_transaction_each(pg_dsn: str, p
             assert await _transactions(conn, store._table("g"), "g/m%") == 5
         finally:
             await conn.close()
-        assert store._groups.groups_sent == 0
+        assert store.statistics().write_groups == 0
 
 
 async def test_a_taken_path_in_a_group_is_decided_alone_and_the_rest_land(
@@ -144,7 +168,7 @@ async def test_a_taken_path_in_a_group_is_decided_alone_and_the_rest_land(
         assert (again.path, again.request_id) == ("g/landed-before", "r-again")
         free = await asyncio.wait_for(members["free"], WAIT)
         assert free.path == "g/free"
-        assert store._groups.groups_sent == 1
+        assert store.statistics().write_groups == 1
         theirs = await store.aread("g/theirs")
         assert theirs is not None and theirs.request_id == "other"  # never overwritten
 
@@ -172,7 +196,7 @@ async def test_a_row_the_server_refuses_is_its_own_members_answer_and_the_rest_l
         first, refused, last = await asyncio.wait_for(
             asyncio.gather(*members, return_exceptions=True), WAIT
         )
-        assert store._groups.groups_sent == 1  # the three did go as one group first
+        assert store.statistics().write_groups == 1  # the three did go as one group first
         assert isinstance(refused, asyncpg.InvalidTextRepresentationError), refused
         assert isinstance(first, MeshNode) and first.path == "g/m00"
         assert isinstance(last, MeshNode) and last.path == "g/m01"
