@@ -18,7 +18,7 @@ are recorded for one re-issue when the store was away.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -35,6 +35,7 @@ from rxmesh.mesh._answer import Attempt, AttemptFacts
 from rxmesh.mesh._arms import annotate, unreachable_note
 from rxmesh.mesh._core import now, stamp
 from rxmesh.mesh._job import Job
+from rxmesh.mesh._requests import CHECK_STEP
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import CreateNodesRequest, CreateNodesResponse, RejectionReason
 from rxmesh.providers._store import call
@@ -64,8 +65,12 @@ class _BulkState(AttemptFacts):
 class Bulk(Job):
     """One mesh's bulk create."""
 
-    def refusal(self, req: CreateNodesRequest) -> CreateNodesResponse | None:
-        """Phase 0: the batch's refusal naming its first offender, or ``None``."""
+    def refusal(
+        self, req: CreateNodesRequest
+    ) -> Generator[None, None, CreateNodesResponse | None]:
+        """Phase 0: the batch's refusal naming its first offender, or ``None``; a stepwise
+        check (a step every :data:`CHECK_STEP` nodes: run it with ``in_one_go`` or
+        ``stepwise``)."""
         if len({node.path for node in req.nodes}) < len(req.nodes):
             seen: set[str] = set()
             for node in req.nodes:  # name the first path met again
@@ -79,7 +84,9 @@ class Bulk(Job):
         access = req.access
         if access is None and req.nodes[0].created_by:
             access = AccessContext(user=req.nodes[0].created_by)
-        for node in req.nodes:
+        for index, node in enumerate(req.nodes):
+            if index and not index % CHECK_STEP:
+                yield
             try:
                 self._core.fail_fast(node, access)
             except NodeValidationError as exc:
@@ -93,11 +100,18 @@ class Bulk(Job):
                 )
         return None
 
-    def attempt(self, req: CreateNodesRequest) -> Attempt[CreateNodesResponse]:
-        """A fresh attempt of ``req`` (its own phases' state), for one subscription."""
+    def attempt(
+        self,
+        req: CreateNodesRequest,
+        checks: Callable[[], Awaitable[CreateNodesResponse | None]] | None = None,
+    ) -> Attempt[CreateNodesResponse]:
+        """A fresh attempt of ``req`` (its own phases' state), for one subscription; ``checks``:
+        phase 0 still to run first (a large bulk's), its refusal the answer."""
         state = _BulkState(operation_of(req), "bulk-creating", req.nodes[0].path, req.request_id)
 
         async def run() -> CreateNodesResponse:
+            if checks is not None and (refused := await checks()) is not None:
+                return refused
             try:
                 return await self._bulk(req, state)
             except asyncio.CancelledError as cancelled:

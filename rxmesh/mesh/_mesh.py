@@ -9,7 +9,7 @@ the one terminal arm). Everything they share is one :class:`~rxmesh.mesh._core.M
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -29,7 +29,16 @@ from rxmesh.mesh._core import MeshCore, NodeTypeValidator, Validator
 from rxmesh.mesh._create import Create
 from rxmesh.mesh._facts_cache import FactsCache
 from rxmesh.mesh._pending import PendingWrites
-from rxmesh.mesh._requests import parse, parse_failure, request_id_of
+from rxmesh.mesh._requests import (
+    CHECK_STEP,
+    check_strings,
+    in_one_go,
+    parse,
+    parse_failure,
+    request_id_of,
+    stepwise,
+    string_checks,
+)
 from rxmesh.mesh._verbs import Verbs
 from rxmesh.model import AccessContext, MeshNode, NodeQuery, QueryFrame
 from rxmesh.operations import (
@@ -279,14 +288,29 @@ class Mesh:
         """
         self._check_open()
         try:
-            req = parse(CreateNodesRequest, request)
+            req = parse(CreateNodesRequest, request, check=False)
+            small = len(req.nodes) <= CHECK_STEP
+            if small:
+                check_strings(req)
         except (ValidationError, ValueError) as exc:
             return immediate(self._refused(CreateNodesResponse, request, exc), "create_nodes")
-        refusal = self._bulk.refusal(req)
-        if refusal is not None:
-            return immediate(refusal, "create_nodes")
+        checks: Callable[[], Awaitable[CreateNodesResponse | None]] | None = None
+        if small:
+            refusal = in_one_go(self._bulk.refusal(req))
+            if refusal is not None:
+                return immediate(refusal, "create_nodes")
+        else:
+            # A large bulk is checked in the attempt, a step at a time: the same refusals, the
+            # same answer, and the loop is never held for the checks of 10,000 nodes.
+            async def checks() -> CreateNodesResponse | None:
+                try:
+                    await stepwise(string_checks(req))
+                except (ValidationError, ValueError) as exc:
+                    return self._refused(CreateNodesResponse, request, exc)
+                return await stepwise(self._bulk.refusal(req))
+
         return answer_once(
-            lambda: self._bulk.attempt(req),
+            lambda: self._bulk.attempt(req, checks),
             "create_nodes",
             req.request_id,
             reissue=req.reissued_after_unavailable,

@@ -9,9 +9,10 @@ value, and the string rules every store can keep are re-checked on the built req
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -38,7 +39,17 @@ from rxmesh.operations import (
     UpdateNodeRequest,
 )
 
-__all__ = ["parse", "parse_failure", "request_id_of", "shown_key"]
+__all__ = [
+    "CHECK_STEP",
+    "check_strings",
+    "in_one_go",
+    "parse",
+    "parse_failure",
+    "request_id_of",
+    "shown_key",
+    "stepwise",
+    "string_checks",
+]
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -143,8 +154,42 @@ def shown_key(key: str) -> str:
     return text if len(text) <= 42 else text[:39] + "..."
 
 
+CHECK_STEP = 1000
+"""Nodes of a request checked per loop step when the checks run stepwise (a bulk's)."""
+
+
+T = TypeVar("T")
+
+
+def in_one_go(steps: Generator[None, None, T]) -> T:
+    """Run a stepwise check to its end at once; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+
+
+async def stepwise(steps: Generator[None, None, T]) -> T:
+    """Run a stepwise check, the loop getting a turn between two of its steps; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        await asyncio.sleep(0)
+
+
 def check_strings(req: BaseModel) -> None:
-    """Refuse, naming the field, a string no store can keep or the mesh must not pass on.
+    """:func:`string_checks` in one go."""
+    in_one_go(string_checks(req))
+
+
+def string_checks(req: BaseModel) -> Generator[None, None, None]:
+    """Refuse, naming the field, a string no store can keep or the mesh must not pass on
+    (yields between two steps of :data:`CHECK_STEP` nodes; the caller decides what a step is).
 
     The models refuse these already; this re-checks, cheaply, what a construction that skips
     validation (``model_construct``, ``model_copy(update=...)``) let through, and adds the one
@@ -184,11 +229,15 @@ def check_strings(req: BaseModel) -> None:
         _check_path(req.source, "source", reserved)
         _check_path(req.target, "target", reserved)
     for index, node in enumerate(nodes):
+        if index and not index % CHECK_STEP:
+            yield
         try:
             validate_path(node.path, allow_reserved=reserved)
         except InvalidPathError as exc:
             raise InvalidPathError(f"{where(index, 'path')}: {exc}", path=exc.path) from exc
     for index, node in enumerate(nodes):
+        if index and not index % CHECK_STEP:
+            yield
         created_by, request_id, node_type = node.created_by, node.request_id, node.node_type
         if created_by is not None:
             if index == 0 and req.access is None:
@@ -237,8 +286,9 @@ def _named(
         raise
 
 
-def parse(model: type[R], request: object) -> R:
-    """Build a request from a model, a mapping or JSON text and check its strings.
+def parse(model: type[R], request: object, *, check: bool = True) -> R:
+    """Build a request from a model, a mapping or JSON text and check its strings (``check``;
+    else the caller runs :func:`string_checks` itself, in one go or :func:`stepwise`).
 
     Raises ``ValidationError`` (the model refused it) or :class:`NodeValidationError` /
     :class:`InvalidPathError` naming the field (a repeated JSON key, a string rule).
@@ -250,7 +300,8 @@ def parse(model: type[R], request: object) -> R:
         req = _parse_json(model, request)
     else:
         req = model.model_validate(request)
-    check_strings(req)
+    if check:
+        check_strings(req)
     return req
 
 

@@ -1,0 +1,42 @@
+"""bench/loop_steps.py runs end to end at a tiny size and prints every scenario (not a benchmark:
+no step duration is asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytestmark = pytest.mark.postgres
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load() -> ModuleType:
+    sys.path.insert(0, str(BENCH))  # it imports bench/ledger.py's measures
+    try:
+        spec = importlib.util.spec_from_file_location("bench_loop_steps", BENCH / "loop_steps.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+def test_the_loop_steps_bench_runs_every_scenario_and_answers_every_request(pg_dsn: str) -> None:
+    rows = _load().measure(pg_dsn, creates=20, bulk=50, retry_delays=(0.01, 0.02))
+    assert [row["scenario"] for row in rows] == ["healthy", "unavailable", "bulk_unavailable"]
+    expected = [
+        {"created": 20},
+        {"UNAVAILABLE recorded": 20},
+        {"UNAVAILABLE recorded 50": 1},
+    ]
+    for row, answers in zip(rows, expected, strict=True):
+        for name in ("debug", "debug_gc_off", "monitor"):
+            assert row[name]["answers"] == answers, (row["scenario"], name, row[name])
+        assert "steps_over_20ms" in row["debug"] and "worst_step_ms" in row["monitor"]
+        assert isinstance(row["rxmesh_steps_meet_target"], bool)

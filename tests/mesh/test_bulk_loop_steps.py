@@ -1,0 +1,163 @@
+"""A 10,000-node bulk is checked, and its intents built when it is answered UNAVAILABLE, a loop
+step at a time (issue 16, item 5: no callback of rxmesh's holds the loop for more than 20 ms).
+
+Each intent is a validated model (about 5 us), so 10,000 of them in one step held the loop
+about 50 ms (bench/loop_steps.py, ``bulk_unavailable``); the phase-0 checks of 10,000 nodes
+(their strings, then duplicates and each node's fail-fast rules) took another 13 ms in the call
+to ``create_nodes`` itself. Measured here in loop turns, not time: a task that counts the loop's
+turns runs beside the bulk, and each intent (each node's check) notes the count when it is made;
+no more than one step's worth may share a count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rxmesh import CreateNodesRequest, MeshNode, RejectionReason
+from rxmesh.aio import first_value
+from rxmesh.ledger import PendingWriteLedger
+from rxmesh.mesh import _core, _mesh, _pending
+from rxmesh.mesh._requests import CHECK_STEP
+from rxmesh.operations import CreateNodesResponse
+
+from .conftest import ALICE, make_mesh
+
+
+async def _intents_per_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int) -> int:
+    """The most intents one loop turn built while a ``size``-node bulk was answered UNAVAILABLE
+    with a journal."""
+    mesh, store = make_mesh(ledger=PendingWriteLedger(journal_dir=tmp_path / "journal"))
+    await mesh.create(MeshNode(path="s/warm", content={}), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    built: Counter[int] = Counter()
+    original = _pending.PendingWrites._intent
+
+    def noting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        built[turns] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(_pending.PendingWrites, "_intent", noting)
+    request = CreateNodesRequest(
+        nodes=tuple(MeshNode(path=f"s/n{i:05d}", content={"i": i}) for i in range(size)),
+        access=ALICE,
+    )
+    ticker = asyncio.create_task(count_turns())
+    try:
+        answer = await first_value(mesh.create_nodes(request), timeout=60)
+    finally:
+        ticker.cancel()
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE
+    assert len(answer.recorded_for_reissue) == size
+    assert sum(built.values()) == size
+    return max(built.values())
+
+
+async def test_a_10000_node_bulk_builds_its_intents_500_a_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fails against 000ebcd: all 10,000 intents were built in one turn."""
+    assert await _intents_per_turn(tmp_path, monkeypatch, 10_000) <= 500
+
+
+async def test_the_turn_count_sees_a_bulk_built_in_one_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Negative control of the measure: with no yield between intents, one turn built them all."""
+    monkeypatch.setattr(_pending, "_INTENTS_PER_STEP", 10**9)
+    assert await _intents_per_turn(tmp_path, monkeypatch, 10_000) == 10_000
+
+
+async def _checks_per_turn(monkeypatch: pytest.MonkeyPatch, size: int) -> int:
+    """The most nodes one loop turn ran the fail-fast check of, in a ``size``-node bulk."""
+    mesh, _ = make_mesh()
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    checked: Counter[int] = Counter()
+    original = _core.MeshCore.fail_fast
+
+    def noting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        checked[turns] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(_core.MeshCore, "fail_fast", noting)
+    request = CreateNodesRequest(
+        nodes=tuple(MeshNode(path=f"s/n{i:05d}", content={"i": i}) for i in range(size)),
+        access=ALICE,
+    )
+    ticker = asyncio.create_task(count_turns())
+    await asyncio.sleep(0)
+    try:
+        answer = await first_value(mesh.create_nodes(request), timeout=60)
+    finally:
+        ticker.cancel()
+    assert answer.success
+    assert sum(checked.values()) == size
+    return max(checked.values())
+
+
+async def test_a_10000_node_bulk_is_checked_a_step_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fails against 000ebcd: the call to create_nodes checked all 10,000 nodes at once."""
+    assert await _checks_per_turn(monkeypatch, 10_000) <= CHECK_STEP
+
+
+async def test_a_bulk_of_one_step_is_checked_in_the_call_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Negative control of the measure: up to CHECK_STEP nodes are checked in one go."""
+    assert await _checks_per_turn(monkeypatch, CHECK_STEP) == CHECK_STEP
+
+
+def _bulk_with(kind: str, size: int) -> CreateNodesRequest:
+    nodes = [MeshNode(path=f"s/n{i:05d}", content={"i": i}) for i in range(size)]
+    bad = size - 7
+    if kind == "duplicate":
+        nodes[bad] = MeshNode(path="s/n00003", content={})
+    elif kind == "path":  # past the model's own check: what check_strings exists for
+        nodes[bad] = MeshNode.model_construct(path="s//n", content={})
+    elif kind == "reserved":
+        nodes[bad] = MeshNode(path="s/_owner", content={})
+    return CreateNodesRequest.model_construct(
+        nodes=tuple(nodes), access=ALICE, request_id="r-bulk", window=1000,
+        reissued_after_unavailable=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["duplicate", "path", "reserved"])
+async def test_a_large_bulk_is_refused_as_a_small_one_is(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stepwise checks answer what the checks in the call answer (the control: the same
+    bulk with every size checked in the call), naming the same first offender."""
+    size = 3 * CHECK_STEP
+    mesh, store = make_mesh()
+    stepwise: CreateNodesResponse = await first_value(
+        mesh.create_nodes(_bulk_with(kind, size)), timeout=60
+    )
+    monkeypatch.setattr(_mesh, "CHECK_STEP", 10**9)  # every bulk checked in the call
+    at_once: CreateNodesResponse = await first_value(
+        mesh.create_nodes(_bulk_with(kind, size)), timeout=60
+    )
+    assert not stepwise.success
+    assert (stepwise.rejection_reason, stepwise.error) == (at_once.rejection_reason, at_once.error)
+    assert store.inner.write_log == []  # refused before any write
