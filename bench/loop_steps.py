@@ -37,15 +37,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import asyncpg
 from ledger import TARGET_STEP_S, _watched  # bench/ledger.py: the same two measures
+from mesh import drop_schemas  # bench/mesh.py
 
 from rxmesh import Mesh
 from rxmesh.aio import first_value
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import CreateNodeRequest, CreateNodesRequest, RejectionReason
-from rxmesh.providers.postgres import PostgresStore, quote_identifier
+from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
 
 DEFAULT_DSN = os.environ.get("RXMESH_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -64,17 +64,6 @@ async def _concurrently(mesh: Mesh, paths: list[str]) -> list[Any]:
             )
         await asyncio.sleep(0)
     return list(await asyncio.gather(*tasks))
-
-
-async def _drop(dsn: str, prefix: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        for row in await conn.fetch(
-            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", prefix
-        ):
-            await conn.execute(f"DROP SCHEMA {quote_identifier(row[0])} CASCADE")
-    finally:
-        await conn.close()
 
 
 async def _one_pass(
@@ -150,7 +139,7 @@ async def _one_pass(
             mesh.dispose()
             ledger.close()
             await store.close()
-            await _drop(dsn, prefix)
+            await drop_schemas(dsn, prefix)
 
 
 def _tally(answers: list[Any]) -> dict[str, int]:

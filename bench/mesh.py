@@ -166,15 +166,20 @@ async def pg_create(dsn: str, creates: int, concurrency: int, repeat: int) -> li
         await pool.execute(f"DROP SCHEMA {quote_identifier(raw_schema)} CASCADE")
         await pool.close()
         await store.close()
-        conn = await asyncpg.connect(dsn)
-        try:
-            for row in await conn.fetch(
-                "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", prefix
-            ):
-                await conn.execute(f"DROP SCHEMA {quote_identifier(row[0])} CASCADE")
-        finally:
-            await conn.close()
+        await drop_schemas(dsn, prefix)
     return rows
+
+
+async def drop_schemas(dsn: str, prefix: str) -> None:
+    """Drop every schema whose name starts with ``prefix`` (a bench's own store and tables)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        for row in await conn.fetch(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", prefix
+        ):
+            await conn.execute(f"DROP SCHEMA {quote_identifier(row[0])} CASCADE")
+    finally:
+        await conn.close()
 
 
 async def memory_create(creates: int, repeat: int) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 from reactivex import Observable
@@ -52,3 +53,35 @@ class Outcomes:
                 await self._arrived.wait()
         self._subscription.dispose()
         return self.got
+
+
+class LoopTurns:
+    """Counts the event loop's turns while it is entered; :meth:`note` tallies the current one.
+
+    A measure of "how much ran in one loop step" in counts, not time: a task that yields once
+    a turn runs beside the work, and the work notes the count as it goes."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self.noted: Counter[int] = Counter()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LoopTurns:
+        self._task = asyncio.create_task(self._count())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _count(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            self.turns += 1
+
+    def note(self) -> None:
+        self.noted[self.turns] += 1
+
+    def most_in_one_turn(self) -> int:
+        return max(self.noted.values())

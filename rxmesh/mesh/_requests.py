@@ -13,7 +13,7 @@ import asyncio
 import json
 import re
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -161,25 +161,34 @@ CHECK_STEP = 1000
 T = TypeVar("T")
 
 
+class _Result(Generic[T]):
+    __slots__ = ("value",)
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+
+def _advance(steps: Generator[None, None, T]) -> _Result[T] | None:
+    """One step of a stepwise check; its result once it has ended."""
+    try:
+        next(steps)
+    except StopIteration as done:
+        return _Result(done.value)
+    return None
+
+
 def in_one_go(steps: Generator[None, None, T]) -> T:
     """Run a stepwise check to its end at once; its result."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            result: T = done.value
-            return result
+    while (ended := _advance(steps)) is None:
+        pass
+    return ended.value
 
 
 async def stepwise(steps: Generator[None, None, T]) -> T:
     """Run a stepwise check, the loop getting a turn between two of its steps; its result."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            result: T = done.value
-            return result
+    while (ended := _advance(steps)) is None:  # noqa: ASYNC110 - a turn for the loop, no wait
         await asyncio.sleep(0)
+    return ended.value
 
 
 def check_strings(req: BaseModel) -> None:

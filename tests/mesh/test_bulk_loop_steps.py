@@ -11,8 +11,6 @@ no more than one step's worth may share a count.
 
 from __future__ import annotations
 
-import asyncio
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from rxmesh.ledger import PendingWriteLedger
 from rxmesh.mesh import _core, _mesh, _pending
 from rxmesh.mesh._requests import CHECK_STEP
 from rxmesh.operations import CreateNodesResponse
+from tests.helpers import LoopTurns
 
 from .conftest import ALICE, make_mesh
 
@@ -34,35 +33,26 @@ async def _intents_per_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, siz
     mesh, store = make_mesh(ledger=PendingWriteLedger(journal_dir=tmp_path / "journal"))
     await mesh.create(MeshNode(path="s/warm", content={}), access=ALICE)
     store.refuse_writes_as_unreachable()
-    turns = 0
+    async with LoopTurns() as turns:
+        original = _pending.PendingWrites._intent
 
-    async def count_turns() -> None:
-        nonlocal turns
-        while True:
-            await asyncio.sleep(0)
-            turns += 1
+        def noting(self: Any, *args: Any, **kwargs: Any) -> Any:
+            turns.note()
+            return original(self, *args, **kwargs)
 
-    built: Counter[int] = Counter()
-    original = _pending.PendingWrites._intent
+        monkeypatch.setattr(_pending.PendingWrites, "_intent", noting)
+        answer = await first_value(mesh.create_nodes(_bulk(size)), timeout=60)
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE
+    assert len(answer.recorded_for_reissue) == size
+    assert sum(turns.noted.values()) == size
+    return turns.most_in_one_turn()
 
-    def noting(self: Any, *args: Any, **kwargs: Any) -> Any:
-        built[turns] += 1
-        return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(_pending.PendingWrites, "_intent", noting)
-    request = CreateNodesRequest(
+def _bulk(size: int) -> CreateNodesRequest:
+    return CreateNodesRequest(
         nodes=tuple(MeshNode(path=f"s/n{i:05d}", content={"i": i}) for i in range(size)),
         access=ALICE,
     )
-    ticker = asyncio.create_task(count_turns())
-    try:
-        answer = await first_value(mesh.create_nodes(request), timeout=60)
-    finally:
-        ticker.cancel()
-    assert answer.rejection_reason is RejectionReason.UNAVAILABLE
-    assert len(answer.recorded_for_reissue) == size
-    assert sum(built.values()) == size
-    return max(built.values())
 
 
 async def test_a_10000_node_bulk_builds_its_intents_500_a_turn(
@@ -83,35 +73,18 @@ async def test_the_turn_count_sees_a_bulk_built_in_one_turn(
 async def _checks_per_turn(monkeypatch: pytest.MonkeyPatch, size: int) -> int:
     """The most nodes one loop turn ran the fail-fast check of, in a ``size``-node bulk."""
     mesh, _ = make_mesh()
-    turns = 0
+    async with LoopTurns() as turns:
+        original = _core.MeshCore.fail_fast
 
-    async def count_turns() -> None:
-        nonlocal turns
-        while True:
-            await asyncio.sleep(0)
-            turns += 1
+        def noting(self: Any, *args: Any, **kwargs: Any) -> Any:
+            turns.note()
+            return original(self, *args, **kwargs)
 
-    checked: Counter[int] = Counter()
-    original = _core.MeshCore.fail_fast
-
-    def noting(self: Any, *args: Any, **kwargs: Any) -> Any:
-        checked[turns] += 1
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(_core.MeshCore, "fail_fast", noting)
-    request = CreateNodesRequest(
-        nodes=tuple(MeshNode(path=f"s/n{i:05d}", content={"i": i}) for i in range(size)),
-        access=ALICE,
-    )
-    ticker = asyncio.create_task(count_turns())
-    await asyncio.sleep(0)
-    try:
-        answer = await first_value(mesh.create_nodes(request), timeout=60)
-    finally:
-        ticker.cancel()
+        monkeypatch.setattr(_core.MeshCore, "fail_fast", noting)
+        answer = await first_value(mesh.create_nodes(_bulk(size)), timeout=60)
     assert answer.success
-    assert sum(checked.values()) == size
-    return max(checked.values())
+    assert sum(turns.noted.values()) == size
+    return turns.most_in_one_turn()
 
 
 async def test_a_10000_node_bulk_is_checked_a_step_at_a_time(

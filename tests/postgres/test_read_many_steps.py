@@ -5,12 +5,12 @@ checks (about 1 us a path) were one step of 10-17 ms each. Counted in loop turns
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import AsyncIterator
 
 import pytest
 
 import rxmesh.providers.postgres as postgres
+from tests.helpers import LoopTurns
 from tests.postgres.kinds import drop_schemas, started, unique_prefix
 
 pytestmark = pytest.mark.postgres
@@ -24,34 +24,18 @@ async def prefix(pg_dsn: str) -> AsyncIterator[str]:
 
 
 async def _paths_per_turn(pg_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch) -> int:
-    turns = 0
-
-    async def count_turns() -> None:
-        nonlocal turns
-        while True:
-            await asyncio.sleep(0)
-            turns += 1
-
-    checked: Counter[int] = Counter()
     original = postgres.validate_path
+    async with started(pg_dsn, prefix) as store, LoopTurns() as turns:
 
-    def noting(path: str, **options: object) -> None:
-        if path.startswith("p/n"):  # the paths read (not the store's own checks of a name)
-            checked[turns] += 1
-        original(path, **options)  # type: ignore[arg-type]
+        def noting(path: str, **options: object) -> None:
+            if path.startswith("p/n"):  # the paths read (not the store's own checks of a name)
+                turns.note()
+            original(path, **options)  # type: ignore[arg-type]
 
-    async with started(pg_dsn, prefix) as store:
         monkeypatch.setattr(postgres, "validate_path", noting)
-        ticker = asyncio.create_task(count_turns())
-        await asyncio.sleep(0)
-        try:
-            found = await asyncio.wait_for(
-                store.aread_many([f"p/n{i:05d}" for i in range(10_000)]), 10
-            )
-        finally:
-            ticker.cancel()
+        found = await asyncio.wait_for(store.aread_many([f"p/n{i:05d}" for i in range(10_000)]), 10)
     assert found == {}
-    return max(checked.values())
+    return turns.most_in_one_turn()
 
 
 async def test_ten_thousand_paths_are_checked_a_step_at_a_time(
