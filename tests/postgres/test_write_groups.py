@@ -232,3 +232,26 @@ async def test_a_group_cut_mid_statement_fails_every_member_and_writes_none(
             assert await store.aread(f"g/m{i:02d}") is None  # rolled back: none landed
         # the store goes on: the next create goes alone and lands
         assert (await store.awrite(_node("g/after"))).path == "g/after"
+
+
+async def test_a_group_goes_through_a_transaction_pooler(
+    pg_dsn: str, pgbouncer_dsn: str, prefix: str
+) -> None:
+    """The group statement behind PgBouncer (transaction pooling, unnamed statements): one
+    statement, one transaction, every row once. The locks are held on the server directly."""
+    async with started(pgbouncer_dsn, prefix, listen_dsn=pg_dsn, max_size=6) as store:
+        assert store.pooled is True
+        holder, lanes = await _busy_lanes(pg_dsn, store)
+        members = [asyncio.create_task(store.awrite(_node(f"g/m{i:02d}"))) for i in range(10)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await holder.execute("ROLLBACK")
+        await holder.close()
+        written = await asyncio.wait_for(asyncio.gather(*lanes, *members), WAIT)
+        assert [n.path for n in written[2:]] == [f"g/m{i:02d}" for i in range(10)]
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            assert await _transactions(conn, store._table("g"), "g/m%") == 1
+        finally:
+            await conn.close()
+        assert store.statistics().write_groups == 1
