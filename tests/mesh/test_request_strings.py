@@ -39,6 +39,7 @@ from rxmesh.testing import FaultInjectingStore
 from tests.conftest import PG_DSN, require_server
 from tests.helpers import answers
 from tests.mesh.conftest import FAST
+from tests.postgres.kinds import drop_schemas
 
 NOT_USER_IDS = [
     "", "u\x00x", "..", ".", "a/b", "_x", "_owner", "alice@example.com", "a b", "é", "x" * 129,
@@ -499,14 +500,7 @@ async def pg_store() -> AsyncIterator[PostgresStore]:
         yield store
     finally:
         await store.close()
-        conn = await asyncpg.connect(PG_DSN, timeout=5.0)
-        try:
-            for row in await conn.fetch(
-                "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", prefix
-            ):
-                await conn.execute(f"DROP SCHEMA {quote_identifier(row[0])} CASCADE")
-        finally:
-            await conn.close()
+        await drop_schemas(PG_DSN, prefix)
 
 
 async def pg_rows(store: PostgresStore) -> dict[str, tuple[str, ...]]:
