@@ -653,7 +653,13 @@ async def _fill(dsn: str) -> list[asyncpg.Connection]:
             fillers.append(await asyncpg.connect(dsn, timeout=5.0))
         except pgexc.TooManyConnectionsError:
             if not await admin.fetchval(f"SELECT count(*) {mine}"):
-                return fillers
+                # A pool connection still in its startup when the cluster filled shows its
+                # application_name only once started: look again a moment later (the pool
+                # restores its floor in the background; one such connection made the watch's
+                # query succeed and the row wait for a re-open that never came, once in CI).
+                await asyncio.sleep(0.1)
+                if not await admin.fetchval(f"SELECT count(*) {mine}"):
+                    return fillers
     raise AssertionError("could not take every connection slot from the store")
 
 
