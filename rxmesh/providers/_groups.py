@@ -123,16 +123,16 @@ class WriteGroups(Generic[K, I]):
         rest: list[tuple[I, asyncio.Future[bool | None]]] = []
         paths: set[str] = set()
         budget = self._most_bytes
-        for entry in table.waiting:
+        waiting = table.waiting
+        for position, entry in enumerate(waiting):
+            if len(group) == self._most:  # full: the rest waits for the next group, in order
+                rest.extend(waiting[position:])
+                break
             if entry[1].done():  # its member was cancelled and has not run its handler yet
                 continue
             path = self._path_of(entry[0])
             size = self._size_of(entry[0])
-            if (
-                len(group) < self._most
-                and path not in paths
-                and (size <= budget or not group)  # one row over the budget goes alone
-            ):
+            if path not in paths and (size <= budget or not group):  # a row over it: alone
                 paths.add(path)
                 group.append(entry)
                 budget -= size

@@ -1436,10 +1436,15 @@ class PostgresStore:
 
         ``None``: the server evaluated the statement and refused it (a row it cannot store, say
         a content with ``NaN``, which ``jsonb`` refuses): nothing was written, and each member
-        is written alone, so the refusal is the answer of the member it concerns only. A fault
-        the one rule calls unreachable or no answer in time is raised: every member's outcome.
+        is written alone, so the refusal is the answer of the member it concerns only. Anything
+        else is raised: every member's outcome (a fault the one rule calls unreachable or no
+        answer in time, and anything that is not the server's refusal).
+
+        The rows go in path order, so two groups in flight in one partition take their rows'
+        locks in one order and cannot deadlock each other.
         """
         table = self._table(partition)
+        members = sorted(members, key=_path_of)
         nodes = [node for node, _ in members]
         columns = (
             [n.path for n in nodes],
@@ -1471,9 +1476,14 @@ class PostgresStore:
                 f"partition '{partition}' in one statement",
                 work,
             )
-        except Exception as exc:
+        except pgexc.PostgresError as exc:
             if is_transient_connect_fault(exc) or is_no_answer_in_time(exc):
                 raise
+            logger.bind(partition=partition, sqlstate=exc.sqlstate, rows=len(nodes)).debug(
+                "a group of creates was refused whole ({}: {}); writing its members one by one",
+                type(exc).__name__,
+                exc,
+            )
             return None
 
     def write_many(

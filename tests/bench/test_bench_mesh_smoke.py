@@ -47,7 +47,7 @@ async def test_the_mesh_bench_prints_every_figure_against_its_baseline(
         assert line["ratio"] == pytest.approx(line["mesh_per_s"] / line["raw_insert_per_s"], 0.01)
         assert line["not_success"] == {}
     assert sequential["write_groups"] == 0  # one at a time: every create went alone
-    assert concurrent["write_groups"] >= 0
+    assert "write_groups" in concurrent  # how many formed at 4 in flight depends on timing
     assert memory["us_per_create"]["create"] > 0
     assert unavailable["reasons"] == ["UNAVAILABLE"]
     assert set(ladder["ratio_vs_raw"]) >= {"rxmesh", "rxmesh_observable"}

@@ -71,6 +71,11 @@ async def _transactions(conn: asyncpg.Connection, table: str, like: str) -> int:
     )
 
 
+async def _physical_order(conn: asyncpg.Connection, table: str) -> list[str]:
+    rows = await conn.fetch(f"SELECT path FROM {table} WHERE path LIKE 'g/m%' ORDER BY ctid")
+    return [row[0] for row in rows]
+
+
 async def _busy_lanes(pg_dsn: str, store: PostgresStore) -> tuple[asyncpg.Connection, list[
         asyncio.Task[MeshNode]]]:  # fmt: skip
     """Both lanes of partition ``g`` held by lone creates waiting on another transaction."""
@@ -85,23 +90,30 @@ async def test_creates_waiting_behind_busy_lanes_commit_as_one_transaction(
     pg_dsn: str, prefix: str
 ) -> None:
     """Fails against 70e4697, where every create was its own statement and transaction (20
-    xmins): the 20 queued creates are now one statement, every row landed once."""
+    xmins): the 20 queued creates are now one statement, every row landed once. They arrive in
+    reverse path order and are inserted in path order (rows of two groups are locked in one
+    order, so they cannot deadlock): read off the rows' physical order (ctid)."""
     async with started(pg_dsn, prefix, max_size=6) as store:
         holder, lanes = await _busy_lanes(pg_dsn, store)
-        members = [asyncio.create_task(store.awrite(_node(f"g/m{i:02d}"))) for i in range(20)]
+        members = [
+            asyncio.create_task(store.awrite(_node(f"g/m{i:02d}"))) for i in reversed(range(20))
+        ]
         for _ in range(5):
             await asyncio.sleep(0)
         assert store.statistics().write_groups == 0  # all of them wait: both lanes are busy
         await holder.execute("ROLLBACK")
         await holder.close()
         written = await asyncio.wait_for(asyncio.gather(*lanes, *members), WAIT)
-        assert [n.path for n in written[2:]] == [f"g/m{i:02d}" for i in range(20)]
+        assert [n.path for n in written[2:]] == [f"g/m{i:02d}" for i in reversed(range(20))]
         assert all(n.version == 1 for n in written)
         conn = await asyncpg.connect(pg_dsn)
         try:
             assert await _transactions(conn, store._table("g"), "g/m%") == 1
             count = await conn.fetchval(f"SELECT count(*) FROM {store._table('g')}")
             assert count == 23  # seed, two lanes, twenty members: each once
+            assert await _physical_order(conn, store._table("g")) == sorted(
+                f"g/m{i:02d}" for i in range(20)
+            )
         finally:
             await conn.close()
         statistics = store.statistics()
@@ -132,13 +144,17 @@ async def test_with_grouping_off_creates_behind_blocked_ones_go_at_once_each_on_
 
 
 async def test_creates_one_after_another_are_one_transaction_each(pg_dsn: str, prefix: str) -> None:
-    """Negative control of the xmin measure above: no lane is ever busy, no group forms."""
+    """Negative control of the xmin and ctid measures above: no lane is ever busy, no group
+    forms, and rows written one by one in reverse order lie in that order."""
     async with started(pg_dsn, prefix) as store:
-        for i in range(5):
+        for i in reversed(range(5)):
             await store.awrite(_node(f"g/m{i:02d}"))
         conn = await asyncpg.connect(pg_dsn)
         try:
             assert await _transactions(conn, store._table("g"), "g/m%") == 5
+            assert await _physical_order(conn, store._table("g")) == [
+                f"g/m{i:02d}" for i in reversed(range(5))
+            ]
         finally:
             await conn.close()
         assert store.statistics().write_groups == 0
