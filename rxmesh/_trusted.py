@@ -6,6 +6,10 @@ announcements of its change feed, the nodes it stamps. ``model_construct`` would
 validation too, but it still defaults every field one by one; :func:`trusted` sets what
 ``model_construct`` sets, given every field's value, in one step. It never checks anything:
 a caller passes only values of the declared types, under the field names, in declaration order.
+
+The four attributes are set through ``BaseModel``'s own slot descriptors (what
+``object.__setattr__`` finds for them, without looking them up by name each time: 160 against
+100 ns a node).
 """
 
 from __future__ import annotations
@@ -14,12 +18,23 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-__all__ = ["fields_of", "trusted"]
+__all__ = [
+    "fields_of",
+    "set_dict",
+    "set_extra",
+    "set_fields_set",
+    "set_private",
+    "trusted",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
 _new = object.__new__
-_set = object.__setattr__
+set_dict = BaseModel.__dict__["__dict__"].__set__
+"""``object.__setattr__(instance, "__dict__", values)``, without the lookup by name."""
+set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def fields_of(model: type[BaseModel]) -> set[str]:
@@ -33,8 +48,8 @@ def trusted(model: type[M], values: dict[str, Any], fields_set: set[str]) -> M:
     ``values`` names every field in declaration order (``fields_set`` may be shared between
     instances: pydantic copies it before changing it)."""
     instance = _new(model)
-    _set(instance, "__dict__", values)
-    _set(instance, "__pydantic_fields_set__", fields_set)
-    _set(instance, "__pydantic_extra__", None)
-    _set(instance, "__pydantic_private__", None)
+    set_dict(instance, values)
+    set_fields_set(instance, fields_set)
+    set_extra(instance, None)
+    set_private(instance, None)
     return instance

@@ -43,7 +43,14 @@ from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable
 from reactivex.subject import Subject
 
-from rxmesh._trusted import fields_of, trusted
+from rxmesh._trusted import (
+    fields_of,
+    set_dict,
+    set_extra,
+    set_fields_set,
+    set_private,
+    trusted,
+)
 from rxmesh.aio import from_async
 from rxmesh.exceptions import (
     ChangeFeedUnverifiedError,
@@ -245,18 +252,19 @@ def _stored_nodes_of(rows: Sequence[asyncpg.Record], partition: str) -> list[Mes
     texts = [row[2] for row in rows]
     contents = json.loads("[" + ",".join("null" if t is None else t for t in texts) + "]")
     head = partition + "/"
-    new, put, fields = MeshNode.__new__, object.__setattr__, _STORED_FIELDS_SET
+    new, fields = MeshNode.__new__, _STORED_FIELDS_SET
+    put_dict, put_fields, put_extra, put_private = set_dict, set_fields_set, set_extra, set_private
     nodes: list[MeshNode] = []
+    append = nodes.append
     for row, content in zip(rows, contents, strict=True):
         path, version = row[0], row[5]
         if not (path.startswith(head) or path == partition) or version < 0:
-            nodes.append(_node_from_row(row))
+            append(_node_from_row(row))
             continue
         node = new(MeshNode)
         # rxmesh._trusted.trusted, inlined: a function call per row costs a 50k-row read 5 ms.
-        put(
+        put_dict(
             node,
-            "__dict__",
             {
                 "path": path,
                 "node_type": row[1],
@@ -267,10 +275,10 @@ def _stored_nodes_of(rows: Sequence[asyncpg.Record], partition: str) -> list[Mes
                 "request_id": row[6],
             },
         )
-        put(node, "__pydantic_fields_set__", fields)
-        put(node, "__pydantic_extra__", None)
-        put(node, "__pydantic_private__", None)
-        nodes.append(node)
+        put_fields(node, fields)
+        put_extra(node, None)
+        put_private(node, None)
+        append(node)
     return nodes
 
 
