@@ -137,28 +137,46 @@ async def first_value(source: Observable[T], *, timeout: float | None = None) ->
             return cast(T, await source.direct())
         async with asyncio.timeout(timeout):
             return cast(T, await source.direct())
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def on_next(value: T) -> None:
-        if not future.done():
-            future.set_result(value)
-
-    def on_error(error: Exception) -> None:
-        if not future.done():
-            future.set_exception(error)
-
-    def on_completed() -> None:
-        if not future.done():
-            future.set_exception(LookupError("the observable completed without a value"))
-
-    subscription = source.subscribe(on_next, on_error, on_completed)
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    sink = _FirstSink(future)
+    subscription = source.subscribe(sink.on_next, sink.on_error, sink.on_completed)
     try:
         if timeout is None:
             return await future
-        return await asyncio.wait_for(future, timeout)
+        async with asyncio.timeout(timeout):
+            return await future
     finally:
         subscription.dispose()
+        # The error raised here holds, in its traceback, the frames that delivered it, and they
+        # hold the observer: without this, each error delivered left a cycle (the future, the
+        # error, its traceback, ~50 objects) that only the garbage collector could free.
+        sink.future = None
+        del future
+
+
+class _FirstSink(Generic[T]):
+    """The observer of :func:`first_value`: its future takes the first item, error or end
+    (none once :func:`first_value` has returned)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[T]) -> None:
+        self.future: asyncio.Future[T] | None = future
+
+    def on_next(self, value: T) -> None:
+        future = self.future
+        if future is not None and not future.done():
+            future.set_result(value)
+
+    def on_error(self, error: Exception) -> None:
+        future = self.future
+        if future is not None and not future.done():
+            future.set_exception(error)
+
+    def on_completed(self) -> None:
+        future = self.future
+        if future is not None and not future.done():
+            future.set_exception(LookupError("the observable completed without a value"))
 
 
 def iterate(
