@@ -70,14 +70,13 @@ async def test_a_refused_start_leaves_no_cycle_and_keeps_its_traceback() -> None
             async with asyncio.timeout(WAIT):
                 await store.start()
         except StoreError as error:
-            seen.append(type(error.__cause__).__name__)
+            assert isinstance(error.__cause__, ConnectionRefusedError)
             # What a log shows stays whole: every frame down to the refused socket.
             seen.extend(f.name for f in traceback.extract_tb(error.__cause__.__traceback__))
         else:
             raise AssertionError("a closed port was not refused")
 
     assert await _refused_errors_left_for_the_collector(refused_start) == 0
-    assert seen[0] == "ConnectionRefusedError", seen
     assert "_connect" in seen and "sock_connect" in seen, seen
 
 
@@ -86,27 +85,25 @@ async def test_a_refused_reconnect_of_a_started_store_leaves_no_cycle(pg_dsn: st
     target = urlparse(pg_dsn)
     prefix = unique_prefix()
     try:
-        async with (
-            FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy,
-            started(proxy.dsn(pg_dsn), prefix, connect_timeout=1) as store,
-        ):
-            assert await first_value(store.read("p/a"), timeout=WAIT) is None
-            proxy.refuse()
-            proxy.reset()
-            causes: list[str] = []
+        async with FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
+            async with started(proxy.dsn(pg_dsn), prefix, connect_timeout=1) as store:
+                assert await first_value(store.read("p/a"), timeout=WAIT) is None
+                proxy.refuse()
+                proxy.reset()
+                causes: list[str] = []
 
-            async def refused_reads() -> None:
-                for _ in range(5):  # the first may meet the dead connection instead
-                    try:
-                        await first_value(store.read("p/a"), timeout=WAIT)
-                    except StoreError as error:
-                        causes.append(type(error.__cause__).__name__)
-                    except asyncpg.ConnectionDoesNotExistError:
-                        causes.append("dead connection")
+                async def refused_reads() -> None:
+                    for _ in range(5):  # the first may meet the dead connection instead
+                        try:
+                            await first_value(store.read("p/a"), timeout=WAIT)
+                        except StoreError as error:
+                            causes.append(type(error.__cause__).__name__)
+                        except asyncpg.ConnectionDoesNotExistError:
+                            causes.append("dead connection")
 
-            assert await _refused_errors_left_for_the_collector(refused_reads) == 0
-            assert "ConnectionRefusedError" in causes, causes
-            await proxy.restore()
+                assert await _refused_errors_left_for_the_collector(refused_reads) == 0
+                assert "ConnectionRefusedError" in causes, causes
+                await proxy.restore()
     finally:
         await drop_schemas(pg_dsn, prefix)
 
