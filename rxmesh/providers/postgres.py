@@ -27,7 +27,6 @@ import json
 import re
 import secrets
 import time
-import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -200,19 +199,6 @@ async def _leave_no_session_state(conn: asyncpg.Connection) -> None:
     transaction pooler the default reset was also harmful: it ran on whatever server connection
     the pooler lent, undoing another client's session state.
     """
-
-
-def _release_frames(error: BaseException) -> None:
-    """Clear the local variables of the finished frames in the tracebacks of ``error`` and of
-    the errors it was raised from or during (``traceback.clear_frames``: a frame still running,
-    such as the one handling ``error``, is left as it is). The tracebacks still name every
-    frame and line; only a post-mortem debugger would miss the locals."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        traceback.clear_frames(current.__traceback__)
-        current = current.__cause__ or current.__context__
 
 
 def _now() -> datetime:
@@ -971,37 +957,7 @@ class PostgresStore:
         ``stage`` is where it happened: ``connect`` (opening a connection), ``acquire`` (waiting
         for a pool connection, which may include connecting) or ``query`` (on a connection).
         ``in_recovery``: for a 25006, whether the server said it is a standby.
-
-        A driver error mapped to a :class:`StoreError` stays its ``__cause__``, with its
-        traceback, but the finished frames of that traceback let go of their local variables
-        (:func:`_release_frames`): they held the error itself (asyncpg's ``last_error``,
-        asyncio's list of connect errors), a reference cycle of ~60 objects per refused
-        connect that only the cyclic garbage collector could free.
         """
-        try:
-            self._map_at_boundary(
-                exc,
-                operation=operation,
-                stage=stage,
-                connection=connection,
-                connection_usable=connection_usable,
-                in_recovery=in_recovery,
-            )
-        except StoreError as mapped:
-            if mapped.__cause__ is exc:
-                _release_frames(exc)
-            raise
-
-    def _map_at_boundary(
-        self,
-        exc: BaseException,
-        *,
-        operation: str,
-        stage: _Stage,
-        connection: _Connection | None,
-        connection_usable: bool | None,
-        in_recovery: bool | None,
-    ) -> NoReturn:
         where = f"store '{self._name}'"
         if isinstance(exc, StoreError):
             raise exc
