@@ -14,21 +14,15 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import BaseModel
 
-from rxmesh._trusted import (
-    fields_of,
-    set_dict,
-    set_extra,
-    set_fields_set,
-    set_private,
-    trusted,
-)
+from rxmesh import _trusted
+from rxmesh._trusted import fields_of, trusted
 from rxmesh.model import CommitAnnounced, MeshNode, NodeChange
 
 _SLOTS = {
-    "__dict__": set_dict,
-    "__pydantic_fields_set__": set_fields_set,
-    "__pydantic_extra__": set_extra,
-    "__pydantic_private__": set_private,
+    "__dict__": _trusted.set_dict,
+    "__pydantic_fields_set__": _trusted.set_fields_set,
+    "__pydantic_extra__": _trusted.set_extra,
+    "__pydantic_private__": _trusted.set_private,
 }
 
 
