@@ -9,14 +9,22 @@ schema prefix on the server at ``--dsn``) with a pending-write journal in a temp
   :class:`~rxmesh.testing.FaultProxy` in front of the server refuses new connections and resets
   the current ones), each answered UNAVAILABLE and journaled, with the default retry ladder;
 - ``bulk_unavailable``: one ``create_nodes`` of ``--bulk`` (10,000) nodes in the same outage,
-  answered UNAVAILABLE with every node journaled.
+  answered UNAVAILABLE with every node journaled;
+
+and one without it:
+
+- ``raw_unavailable``: the baseline of ``unavailable``: the same callers through raw asyncpg (a
+  pool behind the same refusing proxy, each caller acquiring with the same ladder of delays and
+  giving up after it), no mesh, no journal. What its passes show is what the driver and the
+  interpreter cost 1,000 waiting callers without rxmesh.
 
 Each runs three times: in asyncio's debug mode (``slow_callback_duration = 0.02``: every longer
 step is reported, with what it was), the same with the cyclic GC off for the measured work (the
 steps rxmesh itself takes, without a collector pass inside one), and under rxmesh's
 ``LoopStallMonitor`` (2 ms ticks: its longest late tick, and the GC's time in it; a late tick
 also counts time the loop thread waited for the GIL, e.g. while the journal's writer thread
-encodes).
+encodes). Every pass also reports the cyclic GC's full collections during the work
+(``gc_full_passes``, ``longest_full_pass_ms``): the steps over 20 ms that remain are those.
 The 1,000 tasks are created 10 per loop turn (callers arriving), so the bench's own task
 creation is not one long step. One JSON line per scenario.
 
@@ -31,20 +39,24 @@ import gc
 import json
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import asyncpg
 from ledger import TARGET_STEP_S, _watched  # bench/ledger.py: the same two measures
 from mesh import drop_schemas  # bench/mesh.py
 
 from rxmesh import Mesh
 from rxmesh.aio import first_value
+from rxmesh.faults import is_transient_connect_fault
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import CreateNodeRequest, CreateNodesRequest, RejectionReason
+from rxmesh.operators import DEFAULT_RETRY_DELAYS
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
 
@@ -64,6 +76,101 @@ async def _concurrently(mesh: Mesh, paths: list[str]) -> list[Any]:
             )
         await asyncio.sleep(0)
     return list(await asyncio.gather(*tasks))
+
+
+class _FullPasses:
+    """The cyclic GC's full (generation 2) collections while installed: count and longest."""
+
+    def __init__(self) -> None:
+        self.durations: list[float] = []
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.durations.append(time.perf_counter() - self._started)
+
+    def __enter__(self) -> _FullPasses:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "gc_full_passes": len(self.durations),
+            "longest_full_pass_ms": round(max(self.durations, default=0.0) * 1000, 1),
+        }
+
+
+async def _raw_caller(pool: asyncpg.Pool, delays: tuple[float, ...]) -> str:
+    """One caller of the baseline: acquire through the ladder, as the mesh's attempt does."""
+    for delay in (*delays, None):
+        try:
+            async with pool.acquire(timeout=ANSWER_TIMEOUT):
+                return "connected"
+        except Exception as exc:  # noqa: BLE001 - judged by the one rule, as the ladder does
+            if not is_transient_connect_fault(exc):
+                raise
+            if delay is None:
+                return "refused"
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+async def _raw_pass(
+    dsn: str, creates: int, *, debug: bool, collect: bool, retry_delays: tuple[float, ...] | None
+) -> dict[str, Any]:
+    """``raw_unavailable``: ``creates`` callers of a raw asyncpg pool that the proxy refuses."""
+    target = urlparse(dsn)
+    delays = tuple(DEFAULT_RETRY_DELAYS if retry_delays is None else retry_delays)
+    async with FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
+        pool = await asyncpg.create_pool(
+            proxy.dsn(dsn), min_size=0, max_size=10, timeout=1.0, reset=None
+        )
+        try:
+            async with pool.acquire() as conn:  # warm: the pool has reached the server
+                await conn.fetchval("SELECT 1")
+            proxy.refuse()
+            proxy.reset()
+            answers: list[str] = []
+
+            async def work() -> None:
+                tasks: list[asyncio.Task[str]] = []
+                for start in range(0, creates, 10):  # callers arriving 10 per loop turn
+                    for _ in range(min(10, creates - start)):
+                        tasks.append(asyncio.create_task(_raw_caller(pool, delays)))
+                    await asyncio.sleep(0)
+                answers.extend(await asyncio.gather(*tasks))
+
+            watched = await _measured(work, debug=debug, collect=collect)
+            watched["answers"] = {a: answers.count(a) for a in sorted(set(answers))}
+            return watched
+        finally:
+            await proxy.restore()
+            pool.terminate()
+
+
+async def _measured(
+    work: Callable[[], Awaitable[None]], *, debug: bool, collect: bool
+) -> dict[str, Any]:
+    """``_watched(work)`` with the full GC passes counted; ``collect=False``: the GC off."""
+    if collect:
+        with _FullPasses() as passes:
+            watched = await _watched(work, debug=debug)
+    else:  # the steps the code itself takes, no cyclic-GC pass inside any of them
+        gc.collect()
+        gc.disable()
+        try:
+            with _FullPasses() as passes:
+                watched = await _watched(work, debug=debug)
+        finally:
+            gc.enable()
+    return {**watched, **passes.report()}
 
 
 async def _one_pass(
@@ -123,15 +230,7 @@ async def _one_pass(
                             await first_value(mesh.create_nodes(request), timeout=ANSWER_TIMEOUT)
                         )
 
-            if collect:
-                watched = await _watched(work, debug=debug)
-            else:  # the steps rxmesh itself takes, no cyclic-GC pass inside any of them
-                gc.collect()
-                gc.disable()
-                try:
-                    watched = await _watched(work, debug=debug)
-                finally:
-                    gc.enable()
+            watched = await _measured(work, debug=debug, collect=collect)
             watched["answers"] = _tally(answers)
             return watched
         finally:
@@ -166,13 +265,20 @@ def measure(
     """One row per scenario: the debug-mode steps over 20 ms (with the cyclic GC on, and off),
     and the monitor's worst step. ``retry_delays``: the mesh's ladder (``None``: its default)."""
     rows: list[dict[str, Any]] = []
-    for scenario in ("healthy", "unavailable", "bulk_unavailable"):
+    for scenario in ("healthy", "unavailable", "raw_unavailable", "bulk_unavailable"):
         passes: dict[str, Any] = {}
         for name, debug, collect in (
             ("debug", True, True),
             ("debug_gc_off", True, False),
             ("monitor", False, True),
         ):
+            if scenario == "raw_unavailable":
+                passes[name] = asyncio.run(
+                    _raw_pass(
+                        dsn, creates, debug=debug, collect=collect, retry_delays=retry_delays
+                    )
+                )
+                continue
             with tempfile.TemporaryDirectory(prefix="rxmesh-loop-steps-") as scratch:
                 passes[name] = asyncio.run(
                     _one_pass(
@@ -186,6 +292,18 @@ def measure(
                         retry_delays=retry_delays,
                     )
                 )
+        if scenario == "raw_unavailable":  # a baseline: no target of its own
+            rows.append(
+                {
+                    "bench": "loop_steps",
+                    "scenario": scenario,
+                    "baseline_for": "unavailable",
+                    "creates": creates,
+                    **passes,
+                    "target_ms": TARGET_STEP_S * 1000,
+                }
+            )
+            continue
         steps = passes["debug"]["steps_over_20ms"]
         worst = passes["monitor"]["worst_step_ms"]
         rows.append(

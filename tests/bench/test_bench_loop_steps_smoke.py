@@ -29,14 +29,25 @@ def _load() -> ModuleType:
 
 def test_the_loop_steps_bench_runs_every_scenario_and_answers_every_request(pg_dsn: str) -> None:
     rows = _load().measure(pg_dsn, creates=20, bulk=50, retry_delays=(0.01, 0.02))
-    assert [row["scenario"] for row in rows] == ["healthy", "unavailable", "bulk_unavailable"]
+    assert [row["scenario"] for row in rows] == [
+        "healthy",
+        "unavailable",
+        "raw_unavailable",
+        "bulk_unavailable",
+    ]
     expected = [
         {"created": 20},
         {"UNAVAILABLE recorded": 20},
+        {"refused": 20},  # the raw driver's callers, each refused through the whole ladder
         {"UNAVAILABLE recorded 50": 1},
     ]
     for row, answers in zip(rows, expected, strict=True):
         for name in ("debug", "debug_gc_off", "monitor"):
             assert row[name]["answers"] == answers, (row["scenario"], name, row[name])
+            assert isinstance(row[name]["gc_full_passes"], int), row[name]
         assert "steps_over_20ms" in row["debug"] and "worst_step_ms" in row["monitor"]
-        assert isinstance(row["rxmesh_steps_meet_target"], bool)
+        assert row["debug_gc_off"]["gc_full_passes"] == 0  # the GC was off: no pass counted
+        if row["scenario"] == "raw_unavailable":
+            assert row["baseline_for"] == "unavailable" and "meets_target" not in row
+        else:
+            assert isinstance(row["rxmesh_steps_meet_target"], bool)
