@@ -113,7 +113,7 @@ async def _raw_caller(pool: asyncpg.Pool, delays: tuple[float, ...]) -> str:
         try:
             async with pool.acquire(timeout=ANSWER_TIMEOUT):
                 return "connected"
-        except Exception as exc:  # noqa: BLE001 - judged by the one rule, as the ladder does
+        except Exception as exc:  # judged by the one rule, as the ladder does
             if not is_transient_connect_fault(exc):
                 raise
             if delay is None:
