@@ -38,7 +38,7 @@ def test_the_loop_steps_bench_runs_every_scenario_and_answers_every_request(pg_d
     expected = [
         {"created": 20},
         {"UNAVAILABLE recorded": 20},
-        {"refused": 20},  # the raw driver's callers, each refused through the whole ladder
+        {"ConnectionRefusedError": 20},  # the raw callers: refused through the whole ladder
         {"UNAVAILABLE recorded 50": 1},
     ]
     for row, answers in zip(rows, expected, strict=True):
