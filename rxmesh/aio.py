@@ -118,11 +118,18 @@ class _OneShot(Observable[T]):
 
     def __init__(
         self,
-        subscribe: Callable[[abc.ObserverBase[T], abc.SchedulerBase | None], abc.DisposableBase],
-        direct: Callable[[], Awaitable[T]],
+        subscribe: Callable[[abc.ObserverBase[T], abc.SchedulerBase | None], abc.DisposableBase]
+        | None = None,
+        direct: Callable[[], Awaitable[T]] | None = None,
     ) -> None:
         super().__init__(subscribe)
-        self.direct = direct
+        self._direct = direct
+
+    def direct(self) -> Awaitable[T]:
+        """The work, run in the awaiting task (a subclass may define it instead)."""
+        if self._direct is None:
+            raise NotImplementedError("a one-shot observable needs its direct work")
+        return self._direct()
 
 
 async def first_value(source: Observable[T], *, timeout: float | None = None) -> T:

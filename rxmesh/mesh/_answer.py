@@ -149,20 +149,38 @@ def answer_once(
     nothing is answered after it). ``verb`` and ``request_id`` name the operation for the
     instruments (:mod:`rxmesh.instrumentation`; nothing is built while none is installed).
     ``first_value`` awaits :func:`answer_now` directly, with no task and no observable."""
+    return _Answer(attempt, verb, request_id, reissue)
 
-    def subscribe(
-        observer: abc.ObserverBase[R], scheduler: abc.SchedulerBase | None = None
+
+class _Answer(_OneShot[R]):
+    """:func:`answer_once`'s observable. What it answers is kept on it, not in closures: an
+    operation waiting in an outage holds each object it is made of for as long as it waits, and
+    the collector walks them all in each full pass (two functions, their cells and closure tuples
+    fewer per operation than with closures)."""
+
+    def __init__(
+        self, attempt: Callable[[], Attempt[R]], verb: str, request_id: str, reissue: bool
+    ) -> None:
+        super().__init__()
+        self._attempt = attempt
+        self._verb = verb
+        self._request_id = request_id
+        self._reissue = reissue
+
+    def direct(self) -> Awaitable[R]:
+        return answer_now(self._attempt, self._verb, self._request_id, reissue=self._reissue)
+
+    def _subscribe_core(
+        self, observer: abc.ObserverBase[R], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
         async def drive(task: _Subscribed) -> None:
             # A disposal cancels this task: answer_now then re-raises, and nothing is answered.
-            response = await answer_now(attempt, verb, request_id, reissue=reissue)
+            response = await self.direct()
             if not task.disposed:
                 observer.on_next(response)
                 observer.on_completed()
 
         return _Subscribed(drive)
-
-    return _OneShot(subscribe, lambda: answer_now(attempt, verb, request_id, reissue=reissue))
 
 
 async def answer_now(

@@ -8,6 +8,7 @@ them reaches the store but through :meth:`MeshCore.ask`, the only place the mesh
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -103,9 +104,10 @@ class MeshCore:
         """One store call (``"read"``, ``"write"``, ...) through the retry ladder: the only place
         the mesh retries. Awaits the store's coroutine twin when it has one (no observable
         machinery on the way), else its observable method (:func:`rxmesh.providers.call`)."""
-        store = self.store
+        # A partial, not a lambda: one object, not a function, its closure and three cells,
+        # for as long as the call waits in the ladder.
         return await self.ladder.call(
-            lambda: call(store, operation, *args), scheduler=self.scheduler
+            functools.partial(call, self.store, operation, *args), scheduler=self.scheduler
         )
 
     def retried(self, source: Observable[Any]) -> Observable[Any]:

@@ -9,6 +9,7 @@ the one terminal arm). Everything they share is one :class:`~rxmesh.mesh._core.M
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -242,7 +243,7 @@ class Mesh:
         except (ValidationError, ValueError) as exc:
             return immediate(self._refused(CreateNodeResponse, request, exc), "create")
         return answer_once(
-            lambda: self._create.attempt(req),
+            functools.partial(self._create.attempt, req),
             "create",
             req.request_id,
             reissue=req.reissued_after_unavailable,
