@@ -269,7 +269,7 @@ class Mesh:
             raise error_for(reason, text, node.path) from exc
         # The same attempt create_node runs, awaited directly (no observable in between).
         response = await answer_now(
-            lambda: self._create.attempt(req),
+            functools.partial(self._create.attempt, req),
             "create",
             req.request_id,
             reissue=req.reissued_after_unavailable,
