@@ -17,6 +17,7 @@ between its read and its delete) is answered success with ``already_absent``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -93,54 +94,7 @@ class Verbs(Job):
         ``facts.heals`` the system records it wrote (so an UNAVAILABLE answer can name them) and
         setting ``facts.basis`` once it knows it; ``intent(basis)`` is what an unreachable
         answer records."""
-        arm, pending = self._arm, self._pending
-        verb = _VERB[type(req)]
-        key = f"{path} {verb}"  # the intent's ledger key (PendingWrite.key)
-
-        def attempt() -> Attempt[NodeOperationResponse]:
-            facts = VerbFacts(operation, _DOING[verb], path, req.request_id)
-
-            async def record() -> tuple[str, dict[str, object]]:
-                if req.reissued_after_unavailable:  # a re-issue is never recorded again
-                    return "", {}
-                basis = facts.basis
-                if basis is None and req.expected_version is not None:
-                    basis = (req.expected_version, req.expected_request_id)
-                if basis is None:
-                    return (
-                        " It will not be re-issued by rxmesh: the version it was based on is "
-                        "unknown (the store did not answer its read); re-issue it yourself with "
-                        "expected_version once the store answers again.",
-                        {},
-                    )
-                recorded = await pending.record_intent(lambda: intent(basis), path, verb)
-                return recorded.note, {"recorded_for_reissue": recorded.recorded}
-
-            def settle(response: NodeOperationResponse) -> None:
-                if req.reissued_after_unavailable:
-                    return
-                pending.settle_key_by_answer(key, req.request_id, response)
-
-            async def answer() -> NodeOperationResponse:
-                node = await run(facts)
-                response = NodeOperationResponse(
-                    request_id=req.request_id,
-                    success=True,
-                    node=node,
-                    already_absent=facts.already_absent,
-                )
-                settle(response)
-                return response
-
-            return (
-                answer,
-                lambda exc: arm.answer(
-                    NodeOperationResponse, exc, facts, record=record, settle=settle
-                ),
-                lambda: arm.backstop(NodeOperationResponse, facts),
-            )
-
-        return attempt
+        return functools.partial(_VerbAttempt.start, self, req, operation, path, run, intent)
 
     def _intent(self, req: _Request, node: MeshNode, target: str | None = None) -> _Intent:
         core = self._core
@@ -286,3 +240,71 @@ class Verbs(Job):
             run,
             self._intent(req, MeshNode(path=source), target),
         )
+
+
+class _VerbAttempt:
+    """One attempt of an update, delete or move: its request and facts on one object, its
+    steps methods (an attempt waiting in an outage holds it for as long as it waits; as
+    closures, the same were five functions, their tuples and cells)."""
+
+    __slots__ = ("_facts", "_intent", "_job", "_key", "_path", "_req", "_run", "_verb")
+
+    def __init__(
+        self, job: Verbs, req: _Request, operation: str, path: str, run: _Run, intent: _Intent
+    ) -> None:
+        verb = _VERB[type(req)]
+        self._job, self._req, self._path, self._run, self._intent = job, req, path, run, intent
+        self._verb = verb
+        self._key = f"{path} {verb}"  # the intent's ledger key (PendingWrite.key)
+        self._facts = VerbFacts(operation, _DOING[verb], path, req.request_id)
+
+    @classmethod
+    def start(
+        cls, job: Verbs, req: _Request, operation: str, path: str, run: _Run, intent: _Intent
+    ) -> Attempt[NodeOperationResponse]:
+        attempt = cls(job, req, operation, path, run, intent)
+        return attempt.answer, attempt.on_fault, attempt.backstop
+
+    async def answer(self) -> NodeOperationResponse:
+        facts = self._facts
+        node = await self._run(facts)
+        response = NodeOperationResponse(
+            request_id=self._req.request_id,
+            success=True,
+            node=node,
+            already_absent=facts.already_absent,
+        )
+        self._settle(response)
+        return response
+
+    async def on_fault(self, exc: BaseException) -> NodeOperationResponse:
+        return await self._job._arm.answer(
+            NodeOperationResponse, exc, self._facts, record=self._record, settle=self._settle
+        )
+
+    def backstop(self) -> NodeOperationResponse:
+        return self._job._arm.backstop(NodeOperationResponse, self._facts)
+
+    async def _record(self) -> tuple[str, dict[str, object]]:
+        req = self._req
+        if req.reissued_after_unavailable:  # a re-issue is never recorded again
+            return "", {}
+        basis = self._facts.basis
+        if basis is None and req.expected_version is not None:
+            basis = (req.expected_version, req.expected_request_id)
+        if basis is None:
+            return (
+                " It will not be re-issued by rxmesh: the version it was based on is "
+                "unknown (the store did not answer its read); re-issue it yourself with "
+                "expected_version once the store answers again.",
+                {},
+            )
+        recorded = await self._job._pending.record_intent(
+            functools.partial(self._intent, basis), self._path, self._verb
+        )
+        return recorded.note, {"recorded_for_reissue": recorded.recorded}
+
+    def _settle(self, response: NodeOperationResponse) -> None:
+        if self._req.reissued_after_unavailable:
+            return
+        self._job._pending.settle_key_by_answer(self._key, self._req.request_id, response)
