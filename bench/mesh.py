@@ -92,6 +92,21 @@ def _raw_insert(pool: asyncpg.Pool, table: str, prefix: str) -> Callable[[int], 
     return insert
 
 
+async def _feed_drained(store: PostgresStore, quiet: float = 0.05, limit: float = 10.0) -> None:
+    """Wait until the store's change feed has delivered nothing for ``quiet`` seconds (bounded
+    by ``limit``): the commits of the side just measured are all heard before the next starts."""
+    heard = [time.perf_counter()]
+    subscription = store.changes.subscribe(lambda _: heard.__setitem__(0, time.perf_counter()))
+    try:
+        deadline = time.perf_counter() + limit
+        while time.perf_counter() < deadline:
+            await asyncio.sleep(quiet)
+            if time.perf_counter() - heard[0] >= quiet:
+                return
+    finally:
+        subscription.dispose()
+
+
 async def pg_create(dsn: str, creates: int, concurrency: int, repeat: int) -> list[dict[str, Any]]:
     """``Mesh.create_node`` on PostgreSQL against a raw single INSERT, sequential and concurrent."""
     prefix = f"rxbm{uuid.uuid4().hex[:8]}_"
@@ -136,6 +151,9 @@ async def pg_create(dsn: str, creates: int, concurrency: int, repeat: int) -> li
 
                 sides = [(mesh_rates, via_mesh), (raw_rates, raw), (same_rates, raw_same_table)]
                 for rates, work in sides[round_ % 3 :] + sides[: round_ % 3]:
+                    # Each side starts on a quiet process: the store's change feed has taken
+                    # the previous side's commits (every one NOTIFYs, and this process hears it).
+                    await _feed_drained(store)
                     rates.append(await _rate(work, creates, inflight))
             mesh_rate, raw_rate = statistics.median(mesh_rates), statistics.median(raw_rates)
             same_rate = statistics.median(same_rates)
