@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -100,13 +100,15 @@ class MeshCore:
         self._retry = retry_transient_connect(tuple(retry_delays), scheduler=scheduler)
         self.created: Subject[MeshNode] = Subject()
 
-    async def ask(self, operation: str, *args: Any) -> Any:
+    def ask(self, operation: str, *args: Any) -> Coroutine[Any, Any, Any]:
         """One store call (``"read"``, ``"write"``, ...) through the retry ladder: the only place
         the mesh retries. Awaits the store's coroutine twin when it has one (no observable
-        machinery on the way), else its observable method (:func:`rxmesh.providers.call`)."""
-        # A partial, not a lambda: one object, not a function, its closure and three cells,
-        # for as long as the call waits in the ladder.
-        return await self.ladder.call(
+        machinery on the way), else its observable method (:func:`rxmesh.providers.call`).
+
+        Returns the ladder's coroutine itself (to be awaited), and passes a partial, not a
+        lambda: for as long as the call waits in the ladder, one coroutine frame and a
+        function, its closure and three cells fewer."""
+        return self.ladder.call(
             functools.partial(call, self.store, operation, *args), scheduler=self.scheduler
         )
 

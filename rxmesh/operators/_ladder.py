@@ -165,7 +165,9 @@ class Ladder:
                 if delay is None:
                     raise
             retries += 1
-            await scheduler_sleep(scheduler, delay)
+            # The running loop's own sleep when no scheduler is given: one coroutine fewer for
+            # every call waiting here (in an outage, all of them).
+            await (asyncio.sleep(delay) if scheduler is None else scheduler_sleep(scheduler, delay))
 
 
 @dataclass(frozen=True, slots=True)

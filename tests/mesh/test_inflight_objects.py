@@ -4,8 +4,8 @@ Each object an in-flight operation holds is walked by every full pass of the cyc
 long as it waits; with 1,000 creates waiting in the ladder those passes were the loop's longest
 steps. Counted here (201 nodes in the partition, one operation already waiting), a create
 waiting in the ladder held 45 objects, an update, delete or move 42 (closures, their tuples
-and cells: ``answer_once``'s two functions, the attempt's four or five, two lambdas); now 35
-and 29. The bounds fail against d883eae; the control checks that the count sees the waiting
+and cells: ``answer_once``'s two functions, the attempt's four or five, two lambdas; and two
+coroutines of wrappers: ``MeshCore.ask``, the ladder's sleep); now 32 and 25. The bounds fail against d883eae; the control checks that the count sees the waiting
 operations at all (a count that could not see them would pass any bound).
 """
 
@@ -82,7 +82,7 @@ async def _objects_per_waiting(operation: Callable[[Mesh, int], Observable[Any]]
 
 
 @pytest.mark.parametrize(
-    ("operation", "bound"), [(_create, 40), (_update, 35), (_delete, 35), (_move, 35)]
+    ("operation", "bound"), [(_create, 38), (_update, 31), (_delete, 31), (_move, 31)]
 )
 async def test_an_operation_waiting_in_the_ladder_holds_few_objects(
     operation: Callable[[Mesh, int], Observable[Any]], bound: int
