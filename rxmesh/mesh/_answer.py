@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from loguru import logger
 from reactivex import Observable, abc
@@ -32,7 +32,15 @@ from rxmesh.mesh._arms import Judgement, judge
 from rxmesh.mesh._core import MeshCore
 from rxmesh.operations import NodeResponse, RejectionReason
 
-__all__ = ["Attempt", "AttemptFacts", "TerminalArm", "answer_now", "answer_once", "immediate"]
+__all__ = [
+    "Attempt",
+    "AttemptFacts",
+    "AttemptSteps",
+    "TerminalArm",
+    "answer_now",
+    "answer_once",
+    "immediate",
+]
 
 R = TypeVar("R", bound=NodeResponse)
 
@@ -134,6 +142,44 @@ class TerminalArm:
             RejectionReason.UNKNOWN,
             f"{facts.operation} completed without an answer",
         )
+
+
+class AttemptSteps(Generic[R]):
+    """One attempt of a node operation as one object: its facts, and its three steps as methods
+    (:meth:`steps`). An operation waiting in an outage holds its attempt for as long as it
+    waits, and the cyclic GC walks everything it holds in each full pass: as closures, the
+    same steps were four or five functions, their closure tuples and their cells.
+
+    A subclass defines :meth:`run`, :meth:`_record` (the intent an unreachable answer records)
+    and :meth:`_settle` (what an answer settles)."""
+
+    __slots__ = ("_arm", "_facts", "_kind")
+
+    def __init__(self, kind: type[R], arm: TerminalArm, facts: AttemptFacts) -> None:
+        self._kind = kind
+        self._arm = arm
+        self._facts = facts
+
+    def steps(self) -> Attempt[R]:
+        """``(run, on_fault, backstop)``."""
+        return self.run, self.on_fault, self.backstop
+
+    async def run(self) -> R:
+        raise NotImplementedError
+
+    async def on_fault(self, exc: BaseException) -> R:
+        return await self._arm.answer(
+            self._kind, exc, self._facts, record=self._record, settle=self._settle
+        )
+
+    def backstop(self) -> R:
+        return self._arm.backstop(self._kind, self._facts)
+
+    async def _record(self) -> tuple[str, dict[str, Any]]:
+        raise NotImplementedError
+
+    def _settle(self, response: R) -> None:
+        raise NotImplementedError
 
 
 def _outcome(response: NodeResponse) -> str | None:

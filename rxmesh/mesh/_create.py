@@ -25,7 +25,7 @@ from rxmesh.exceptions import (
     StoreConflictError,
 )
 from rxmesh.mesh._access import PartitionFacts
-from rxmesh.mesh._answer import Attempt, AttemptFacts
+from rxmesh.mesh._answer import Attempt, AttemptFacts, AttemptSteps
 from rxmesh.mesh._core import now, stamp
 from rxmesh.mesh._job import Job
 from rxmesh.model import AccessContext, MeshNode
@@ -45,8 +45,7 @@ class Create(Job):
 
     def attempt(self, req: CreateNodeRequest) -> Attempt[CreateNodeResponse]:
         """A fresh attempt of ``req`` (its own facts), for one subscription or one await."""
-        attempt = _CreateAttempt(self, req)
-        return attempt.run, attempt.on_fault, attempt.backstop
+        return _CreateAttempt(self, req).steps()
 
     async def _create(self, req: CreateNodeRequest, facts: AttemptFacts) -> MeshNode:
         core, node = self._core, req.node
@@ -133,17 +132,16 @@ def _exists(req: CreateNodeRequest, existing: MeshNode) -> MeshNode:
     raise NodeExistsError(f"a node already exists at '{req.node.path}'", path=req.node.path)
 
 
-class _CreateAttempt:
-    """One attempt of a create: its request and facts on one object, its three steps methods
-    (an attempt waiting in an outage holds it as long as it waits: 4 functions, their closure
-    tuples and 5 cells were 13 objects a create for the collector to walk in each full pass)."""
+class _CreateAttempt(AttemptSteps[CreateNodeResponse]):
+    """One attempt of a create (:class:`~rxmesh.mesh._answer.AttemptSteps`)."""
 
-    __slots__ = ("_facts", "_job", "_req")
+    __slots__ = ("_job", "_req")
 
     def __init__(self, job: Create, req: CreateNodeRequest) -> None:
+        facts = AttemptFacts(operation_of(req), "creating", req.node.path, req.request_id)
+        super().__init__(CreateNodeResponse, job._arm, facts)
         self._job = job
         self._req = req
-        self._facts = AttemptFacts(operation_of(req), "creating", req.node.path, req.request_id)
 
     async def run(self) -> CreateNodeResponse:
         job, req = self._job, self._req
@@ -152,14 +150,6 @@ class _CreateAttempt:
         response = CreateNodeResponse.created(req.request_id, node)
         job._pending.settle_by_answer(req, node.path, response)
         return response
-
-    async def on_fault(self, exc: BaseException) -> CreateNodeResponse:
-        return await self._job._arm.answer(
-            CreateNodeResponse, exc, self._facts, record=self._record, settle=self._settle
-        )
-
-    def backstop(self) -> CreateNodeResponse:
-        return self._job._arm.backstop(CreateNodeResponse, self._facts)
 
     async def _record(self) -> tuple[str, dict[str, object]]:
         req = self._req

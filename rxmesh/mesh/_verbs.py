@@ -29,7 +29,7 @@ from rxmesh.exceptions import (
     StoreVersionConflictError,
 )
 from rxmesh.ledger import PendingWrite
-from rxmesh.mesh._answer import Attempt, AttemptFacts
+from rxmesh.mesh._answer import Attempt, AttemptFacts, AttemptSteps
 from rxmesh.mesh._job import Job
 from rxmesh.model import MeshNode, partition_of, validate_path
 from rxmesh.operations import (
@@ -242,30 +242,30 @@ class Verbs(Job):
         )
 
 
-class _VerbAttempt:
-    """One attempt of an update, delete or move: its request and facts on one object, its
-    steps methods (an attempt waiting in an outage holds it for as long as it waits; as
-    closures, the same were five functions, their tuples and cells)."""
+class _VerbAttempt(AttemptSteps[NodeOperationResponse]):
+    """One attempt of an update, delete or move (:class:`~rxmesh.mesh._answer.AttemptSteps`)."""
 
-    __slots__ = ("_facts", "_intent", "_job", "_key", "_path", "_req", "_run", "_verb")
+    __slots__ = ("_intent", "_job", "_key", "_path", "_req", "_run", "_verb")
+
+    _facts: VerbFacts
 
     def __init__(
         self, job: Verbs, req: _Request, operation: str, path: str, run: _Run, intent: _Intent
     ) -> None:
         verb = _VERB[type(req)]
+        facts = VerbFacts(operation, _DOING[verb], path, req.request_id)
+        super().__init__(NodeOperationResponse, job._arm, facts)
         self._job, self._req, self._path, self._run, self._intent = job, req, path, run, intent
         self._verb = verb
         self._key = f"{path} {verb}"  # the intent's ledger key (PendingWrite.key)
-        self._facts = VerbFacts(operation, _DOING[verb], path, req.request_id)
 
     @classmethod
     def start(
         cls, job: Verbs, req: _Request, operation: str, path: str, run: _Run, intent: _Intent
     ) -> Attempt[NodeOperationResponse]:
-        attempt = cls(job, req, operation, path, run, intent)
-        return attempt.answer, attempt.on_fault, attempt.backstop
+        return cls(job, req, operation, path, run, intent).steps()
 
-    async def answer(self) -> NodeOperationResponse:
+    async def run(self) -> NodeOperationResponse:
         facts = self._facts
         node = await self._run(facts)
         response = NodeOperationResponse(
@@ -276,14 +276,6 @@ class _VerbAttempt:
         )
         self._settle(response)
         return response
-
-    async def on_fault(self, exc: BaseException) -> NodeOperationResponse:
-        return await self._job._arm.answer(
-            NodeOperationResponse, exc, self._facts, record=self._record, settle=self._settle
-        )
-
-    def backstop(self) -> NodeOperationResponse:
-        return self._job._arm.backstop(NodeOperationResponse, self._facts)
 
     async def _record(self) -> tuple[str, dict[str, object]]:
         req = self._req
