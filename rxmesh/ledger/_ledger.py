@@ -207,7 +207,7 @@ class PendingWriteLedger(LedgerCore):
                     superseded = self._supersede(previous, intent, "before it was re-issued")
             else:
                 self._seal_open()  # never wait behind a bulk this thread's loop is deciding
-                ticket = self._submit([intent], fmt_for_new="file", encode=True, loop=None)
+                ticket = self._submit([intent], fmt_for_new="file", loop=None)
         if direct:
             where = None if self._journal is None else str(self._journal.directory)
             log_recorded(intent, holder is not None, where)
@@ -250,8 +250,8 @@ class PendingWriteLedger(LedgerCore):
         """Record every intent of a bulk in ONE durable step; one result per intent, in order.
 
         Each intent is decided as :meth:`record_durably` decides it, in order, before anything
-        is written; every admitted one is encoded on the writer thread (not on the loop) and
-        appended to the log in the same group, with one ``fdatasync``.
+        is written; every admitted one is encoded as it is decided (500 a loop step; the writer
+        thread only writes) and appended to the log in the same group, with one ``fdatasync``.
 
         Returns:
             per intent: ``True`` (recorded, durable), ``False`` (already pending unchanged or
@@ -278,7 +278,7 @@ class PendingWriteLedger(LedgerCore):
         loop = asyncio.get_running_loop()
         if not bulk:
             with self._lock:
-                tickets = [self._submit(intents, fmt_for_new="log", encode=True, loop=loop)]
+                tickets = [self._submit(intents, fmt_for_new="log", loop=loop)]
         else:
             tickets = await self._admit_bulk(intents, loop)
         context = tickets[0].context

@@ -63,8 +63,8 @@ def segment_name(number: int) -> str:
 def encode_put(intent: PendingWrite) -> bytes:
     """The log entry recording ``intent`` (newline included).
 
-    The body is pydantic's JSON of the intent (serialised in Rust, no intermediate dicts: the
-    writer thread encodes a 10,000-node bulk without feeding the garbage collector); the
+    The body is pydantic's JSON of the intent (serialised in Rust, no intermediate dicts: a
+    10,000-node bulk is encoded without feeding the garbage collector); the
     checksum covers the body as written, so it needs no canonical form.
 
     Raises:

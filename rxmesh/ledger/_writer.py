@@ -43,7 +43,7 @@ class Op:
     kind: Literal["put", "file", "del"]
     path: str
     intent: PendingWrite | None = None
-    line: bytes | None = None  # a put whose line is None is encoded by the thread (a bulk's)
+    line: bytes | None = None  # a put whose line is None is encoded by the thread
     error: JournalError | None = None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,7 @@ import pytest
 from rxmesh import AccessContext
 from rxmesh.ledger import (
     JournalError,
+    PendingWrite,
     PendingWriteHeldError,
     PendingWriteLedger,
     PendingWriteOutcome,
@@ -294,7 +295,7 @@ async def test_in_memory_the_awaitable_records_need_no_thread() -> None:
 async def test_a_record_made_while_a_bulk_is_being_decided_lands_after_it(
     ledger: PendingWriteLedger, journal_dir: Path
 ) -> None:
-    """A bulk is decided 1,000 intents per loop step; a record of one of its paths made in
+    """A bulk is decided 500 intents per loop step; a record of one of its paths made in
     between replaces the bulk's intent, in memory AND on disk (its ticket waits for the bulk's)."""
     nodes = [make_intent(f"acme/bulk/n{i}", request_id="bulk") for i in range(2500)]
     bulk = asyncio.create_task(ledger.record_many_durably(nodes))
@@ -315,7 +316,7 @@ async def test_closing_while_a_bulk_is_being_decided_records_none_of_it(journal_
     ledger = PendingWriteLedger(journal_dir)
     nodes = [make_intent(f"acme/bulk/n{i}", request_id="bulk") for i in range(2500)]
     bulk = asyncio.create_task(ledger.record_many_durably(nodes))
-    await asyncio.sleep(0)  # the first 1,000 are decided and reserved
+    await asyncio.sleep(0)  # the first 500 are decided and reserved
     ledger.close()
     with pytest.raises(JournalError, match="closed"):
         async with asyncio.timeout(BOUND):
@@ -378,3 +379,47 @@ def test_a_sync_record_on_the_loop_never_waits_behind_a_bulk_that_loop_is_decidi
     assert outcome["bulk"] == [True] * 2500
     assert outcome["pending"] == "sync"
     assert dict(_reloaded(journal_dir))["acme/bulk/n0"] == "sync"
+
+
+async def test_a_bulk_is_encoded_on_the_loop_500_a_step_not_by_the_writer_thread(
+    ledger: PendingWriteLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer thread only writes. Encoding a 10,000-node bulk there made it compute beside
+    the loop, and every loop step doing I/O meanwhile waited for the GIL at each hand-back (the
+    change feed listener's steps reached 21-38 ms). Fails against d883eae (all 2,500 encoded on
+    the writer thread); the single record is the control (encoded on the loop before too)."""
+    import rxmesh.ledger._core as core
+    import rxmesh.ledger._writer as writer
+
+    loop_thread = threading.current_thread()
+    where: list[str] = []
+    per_turn: list[int] = [0]
+
+    def counting(encode: Callable[[PendingWrite], bytes]) -> Callable[[PendingWrite], bytes]:
+        def encoded(intent: PendingWrite) -> bytes:
+            where.append("loop" if threading.current_thread() is loop_thread else "thread")
+            per_turn[-1] += 1
+            return encode(intent)
+
+        return encoded
+
+    monkeypatch.setattr(core, "encode_put", counting(core.encode_put))
+    monkeypatch.setattr(writer, "encode_put", counting(writer.encode_put))
+
+    async def turns() -> None:
+        while True:
+            await asyncio.sleep(0)
+            per_turn.append(0)
+
+    ticker = asyncio.create_task(turns())
+    try:
+        assert await ledger.record_durably(make_intent("acme/one", request_id="one")) is True
+        assert where == ["loop"]  # the control
+        where.clear()
+        nodes = [make_intent(f"acme/bulk/n{i}", request_id="bulk") for i in range(2500)]
+        async with asyncio.timeout(BOUND):
+            assert await ledger.record_many_durably(nodes) == [True] * 2500
+    finally:
+        ticker.cancel()
+    assert where == ["loop"] * 2500
+    assert max(per_turn) <= 500, max(per_turn)
