@@ -44,10 +44,6 @@ __all__ = [
 
 R = TypeVar("R", bound=NodeResponse)
 
-Attempt = tuple[
-    Callable[[], Awaitable[R]], Callable[[BaseException], Awaitable[R]], Callable[[], R]
-]
-"""One subscription's work: ``(run, on_fault, backstop)``, built fresh per subscription."""
 
 Recording = Callable[[], Awaitable[tuple[str, dict[str, Any]]]]
 """Records an unreachable attempt's intent(s); returns the answer's note and response fields."""
@@ -146,9 +142,10 @@ class TerminalArm:
 
 class AttemptSteps(Generic[R]):
     """One attempt of a node operation as one object: its facts, and its three steps as methods
-    (:meth:`steps`). An operation waiting in an outage holds its attempt for as long as it
-    waits, and the cyclic GC walks everything it holds in each full pass: as closures, the
-    same steps were four or five functions, their closure tuples and their cells.
+    (:meth:`run`, :meth:`on_fault`, :meth:`backstop`). An operation waiting in an outage holds
+    its attempt for as long as it waits, and the cyclic GC walks everything it holds in each
+    full pass: as closures, the same steps were four or five functions, their closure tuples
+    and their cells.
 
     A subclass defines :meth:`run`, :meth:`_record` (the intent an unreachable answer records)
     and :meth:`_settle` (what an answer settles)."""
@@ -159,10 +156,6 @@ class AttemptSteps(Generic[R]):
         self._kind = kind
         self._arm = arm
         self._facts = facts
-
-    def steps(self) -> Attempt[R]:
-        """``(run, on_fault, backstop)``."""
-        return self.run, self.on_fault, self.backstop
 
     async def run(self) -> R:
         raise NotImplementedError
@@ -180,6 +173,28 @@ class AttemptSteps(Generic[R]):
 
     def _settle(self, response: R) -> None:
         raise NotImplementedError
+
+
+Attempt = (
+    tuple[Callable[[], Awaitable[R]], Callable[[BaseException], Awaitable[R]], Callable[[], R]]
+    | AttemptSteps[R]
+)
+"""One subscription's work, built fresh per subscription: an :class:`AttemptSteps`, or the
+three steps ``(run, on_fault, backstop)`` as callables."""
+
+
+class _Steps(Generic[R]):
+    """The three callables of a tuple attempt, under the names :class:`AttemptSteps` has."""
+
+    __slots__ = ("backstop", "on_fault", "run")
+
+    def __init__(
+        self,
+        run: Callable[[], Awaitable[R]],
+        on_fault: Callable[[BaseException], Awaitable[R]],
+        backstop: Callable[[], R],
+    ) -> None:
+        self.run, self.on_fault, self.backstop = run, on_fault, backstop
 
 
 def _outcome(response: NodeResponse) -> str | None:
@@ -236,11 +251,14 @@ async def answer_now(
     from inside the work is answered; the caller's own cancellation (or a disposal) propagates,
     as nobody is left to answer. A terminal arm that itself fails (a defect) still answers, with
     the backstop's UNKNOWN, and the defect is logged at ERROR."""
-    run, on_fault, backstop = attempt()
+    made = attempt()
+    # The steps are called through the attempt, not held as bound methods while they run: three
+    # objects fewer for each operation waiting.
+    steps = made if isinstance(made, AttemptSteps) else _Steps(*made)
     with _instrumentation.operation(verb, request_id=request_id, reissue=reissue) as op:
         fault: BaseException | None = None
         try:
-            response: R | None = await run()
+            response: R | None = await steps.run()
         except asyncio.CancelledError as cancelled:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
@@ -250,7 +268,7 @@ async def answer_now(
             fault, response = exc, None
         if fault is not None:
             try:
-                response = await on_fault(fault)
+                response = await steps.on_fault(fault)
             except Exception as defect:  # noqa: BLE001 - logged at ERROR, answered UNKNOWN
                 logger.bind(event="unexpected", verb=verb, error_type=type(defect).__name__).opt(
                     exception=defect
@@ -261,7 +279,7 @@ async def answer_now(
             # UNAVAILABLE answer). Dropped here, they go when the answer does.
             fault = None
         if response is None:
-            response = backstop()
+            response = steps.backstop()
         op.answered(_outcome(response))
         return response
 

@@ -45,7 +45,7 @@ class Create(Job):
 
     def attempt(self, req: CreateNodeRequest) -> Attempt[CreateNodeResponse]:
         """A fresh attempt of ``req`` (its own facts), for one subscription or one await."""
-        return _CreateAttempt(self, req).steps()
+        return _CreateAttempt(self, req)
 
     async def _create(self, req: CreateNodeRequest, facts: AttemptFacts) -> MeshNode:
         core, node = self._core, req.node

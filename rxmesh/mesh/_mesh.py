@@ -243,7 +243,7 @@ class Mesh:
         except (ValidationError, ValueError) as exc:
             return immediate(self._refused(CreateNodeResponse, request, exc), "create")
         return answer_once(
-            functools.partial(self._create.attempt, req),
+            functools.partial(Create.attempt, self._create, req),
             "create",
             req.request_id,
             reissue=req.reissued_after_unavailable,
@@ -269,7 +269,7 @@ class Mesh:
             raise error_for(reason, text, node.path) from exc
         # The same attempt create_node runs, awaited directly (no observable in between).
         response = await answer_now(
-            functools.partial(self._create.attempt, req),
+            functools.partial(Create.attempt, self._create, req),
             "create",
             req.request_id,
             reissue=req.reissued_after_unavailable,

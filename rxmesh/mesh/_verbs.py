@@ -263,7 +263,7 @@ class _VerbAttempt(AttemptSteps[NodeOperationResponse]):
     def start(
         cls, job: Verbs, req: _Request, operation: str, path: str, run: _Run, intent: _Intent
     ) -> Attempt[NodeOperationResponse]:
-        return cls(job, req, operation, path, run, intent).steps()
+        return cls(job, req, operation, path, run, intent)
 
     async def run(self) -> NodeOperationResponse:
         facts = self._facts
