@@ -25,7 +25,7 @@ from loguru import logger
 
 from rxmesh.exceptions import JournalError
 from rxmesh.ledger._journal import Journal
-from rxmesh.ledger._log import Log, encode_put
+from rxmesh.ledger._log import Log
 from rxmesh.ledger._models import PendingWrite
 
 __all__ = ["DEFAULT_LINGER_SECONDS", "Op", "Ticket", "Writer"]
@@ -43,7 +43,7 @@ class Op:
     kind: Literal["put", "file", "del"]
     path: str
     intent: PendingWrite | None = None
-    line: bytes | None = None  # a put whose line is None is encoded by the thread
+    line: bytes | None = None  # a put's or a del's entry, encoded before it is queued
     error: JournalError | None = None
 
 
@@ -244,18 +244,7 @@ class Writer:
             for op in ticket.ops:
                 if op.kind == "file" or op.error is not None:
                     continue
-                if op.line is None:
-                    assert op.intent is not None
-                    try:
-                        op.line = encode_put(op.intent)
-                    except ValueError as exc:  # UnicodeEncodeError: never written
-                        op.error = JournalError(
-                            f"could not encode the pending write for {op.path!r} for the "
-                            f"journal: {exc}",
-                            path=str(self._journal.directory),
-                        )
-                        op.error.__cause__ = exc
-                        continue
+                assert op.line is not None  # encoded when it was decided, on the caller's loop
                 entries.append((op.path, op.line, op.kind == "put"))
                 logged.append(op)
         if entries:

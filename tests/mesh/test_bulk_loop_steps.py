@@ -27,6 +27,19 @@ from tests.helpers import LoopTurns
 from .conftest import ALICE, make_mesh
 
 
+def _note_each_call(
+    monkeypatch: pytest.MonkeyPatch, turns: LoopTurns, owner: type, name: str
+) -> None:
+    """Each call of ``owner.name`` notes the loop turn it was made in."""
+    original = getattr(owner, name)
+
+    def noting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        turns.note()
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, noting)
+
+
 async def _intents_per_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int) -> int:
     """The most intents one loop turn built while a ``size``-node bulk was answered UNAVAILABLE
     with a journal."""
@@ -34,13 +47,7 @@ async def _intents_per_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, siz
     await mesh.create(MeshNode(path="s/warm", content={}), access=ALICE)
     store.refuse_writes_as_unreachable()
     async with LoopTurns() as turns:
-        original = _pending.PendingWrites._intent
-
-        def noting(self: Any, *args: Any, **kwargs: Any) -> Any:
-            turns.note()
-            return original(self, *args, **kwargs)
-
-        monkeypatch.setattr(_pending.PendingWrites, "_intent", noting)
+        _note_each_call(monkeypatch, turns, _pending.PendingWrites, "_intent")
         answer = await first_value(mesh.create_nodes(_bulk(size)), timeout=60)
     assert answer.rejection_reason is RejectionReason.UNAVAILABLE
     assert len(answer.recorded_for_reissue) == size
@@ -74,13 +81,7 @@ async def _checks_per_turn(monkeypatch: pytest.MonkeyPatch, size: int) -> int:
     """The most nodes one loop turn ran the fail-fast check of, in a ``size``-node bulk."""
     mesh, _ = make_mesh()
     async with LoopTurns() as turns:
-        original = _core.MeshCore.fail_fast
-
-        def noting(self: Any, *args: Any, **kwargs: Any) -> Any:
-            turns.note()
-            return original(self, *args, **kwargs)
-
-        monkeypatch.setattr(_core.MeshCore, "fail_fast", noting)
+        _note_each_call(monkeypatch, turns, _core.MeshCore, "fail_fast")
         answer = await first_value(mesh.create_nodes(_bulk(size)), timeout=60)
     assert answer.success
     assert sum(turns.noted.values()) == size
