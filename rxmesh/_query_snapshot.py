@@ -3,6 +3,7 @@ for ``replay=fold_query_frames`` (kept apart from the cache to keep each module 
 
 from __future__ import annotations
 
+from rxmesh._path_order import PathOrdered
 from rxmesh.model import FrameKind, MeshNode, QueryFrame
 
 __all__ = ["QuerySnapshot"]
@@ -27,20 +28,32 @@ class QuerySnapshot:
         self._added: list[str] = []
         self._removed = 0
         self._template: QueryFrame | None = None
-        self._nodes: dict[str, MeshNode] = {}
+        self._nodes: dict[str, MeshNode] | None = None
+        """The nodes by path; ``None`` until the first delta (the Initial is replayed as it came
+        until then, so a 50k-row Initial reaches its subscribers without this pass first)."""
         self._order: list[str] | None = None
         """The path order of the last materialised Initial; ``None``: not worked out yet (the
         Initial itself is replayed until the first delta)."""
         if frame.kind is FrameKind.INITIAL:  # a Delta with no Initial before it is replayed as is
             self._template = frame
-            self._nodes = {node.path: node for node in frame.nodes}
+
+    def _by_path(self) -> dict[str, MeshNode]:
+        """The nodes by path, made from the Initial at the first delta."""
+        nodes = self._nodes
+        if nodes is None:
+            assert self._template is not None
+            initial = self._template.nodes
+            nodes = self._nodes = {node.path: node for node in initial}
+            if isinstance(initial, PathOrdered):
+                self._order = list(nodes)  # its order is the path order: nothing to sort
+        return nodes
 
     def fold(self, frame: QueryFrame) -> None:
         """Apply ``frame``: an Initial replaces the state; a Delta removes, then upserts."""
         if frame.kind is FrameKind.INITIAL or self._template is None:
             self._reset(frame)
             return
-        nodes = self._nodes
+        nodes = self._by_path()
         for path in frame.removed:
             if nodes.pop(path, None) is not None:
                 self._removed += 1
@@ -52,6 +65,8 @@ class QuerySnapshot:
 
     def size(self) -> int:
         """Rows in the snapshot now."""
+        if self._nodes is None:
+            return len(self._template.nodes) if self._template is not None else 0
         return len(self._nodes)
 
     def value(self) -> QueryFrame:
@@ -59,7 +74,8 @@ class QuerySnapshot:
         if self._value is not None:
             return self._value
         assert self._template is not None  # only a fold of a Delta into an Initial clears it
-        nodes, order = self._nodes, self._order
+        nodes = self._by_path()
+        order = self._order
         if order is None:
             order = sorted(nodes)  # once; linear on an Initial that came ordered
         else:
@@ -71,6 +87,6 @@ class QuerySnapshot:
                 order.sort()  # two ordered runs: timsort merges them in linear time
         self._order, self._added, self._removed = order, [], 0
         self._value = self._template.model_copy(
-            update={"nodes": tuple(nodes[path] for path in order)}
+            update={"nodes": PathOrdered.of_sorted(nodes[path] for path in order)}
         )
         return self._value

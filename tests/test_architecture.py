@@ -25,6 +25,7 @@ CROSS_CUTTING = {
     "rxmesh.instrumentation",
     "rxmesh._arguments",
     "rxmesh._trusted",
+    "rxmesh._path_order",
 }
 ALLOWED: dict[str, set[str]] = {
     # a package: what it may import inside rxmesh (besides itself)

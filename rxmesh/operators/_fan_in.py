@@ -10,9 +10,8 @@ nothing.
 
 from __future__ import annotations
 
-import itertools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from loguru import logger
@@ -20,6 +19,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 
 from rxmesh._arguments import positive_seconds
+from rxmesh._path_order import PathOrdered, is_path_ordered
 from rxmesh._scheduling import resolve_scheduler
 from rxmesh.exceptions import QueryProviderStalledError
 from rxmesh.model import FrameKind, MeshNode, QueryFrame
@@ -37,11 +37,6 @@ def _fold(snapshot: dict[str, MeshNode], frame: QueryFrame) -> None:
         snapshot.pop(path, None)
     for node in frame.nodes:
         snapshot[node.path] = node
-
-
-def _ordered(nodes: Sequence[MeshNode]) -> bool:
-    """Whether ``nodes`` are strictly ordered by path (so also free of duplicates)."""
-    return all(a.path < b.path for a, b in itertools.pairwise(nodes))
 
 
 def fan_in(
@@ -129,7 +124,8 @@ def fan_in(
             gate_open = True
             timer.dispose()  # a healthy query holds nothing
             lone = as_sent.get(names[0]) if len(names) == 1 else None
-            if lone is not None and _ordered(lone):
+            ordered: tuple[MeshNode, ...]
+            if lone is not None and is_path_ordered(lone):  # known at once for a store's Initial
                 ordered = lone
             else:
                 merged: dict[str, MeshNode] = {}
@@ -138,7 +134,7 @@ def fan_in(
                         held = merged.get(path)
                         if held is None or node.version > held.version:
                             merged[path] = node
-                ordered = tuple(merged[path] for path in sorted(merged))
+                ordered = PathOrdered.of_sorted(merged[path] for path in sorted(merged))
             named = tuple(name for name in names if name in silent)
             snapshots.clear()
             as_sent.clear()
