@@ -12,6 +12,7 @@ from reactivex import operators as ops
 from reactivex.subject import Subject
 from reactivex.testing import TestScheduler
 
+from rxmesh._path_order import path_ordered
 from rxmesh.cache import (
     DEFAULT_IDLE_BACKLOG,
     DEFAULT_IDLE_GRACE,
@@ -379,13 +380,27 @@ def _random_frames(seed: int, count: int) -> list[QueryFrame]:
     return frames
 
 
+def _marked(frame: QueryFrame) -> QueryFrame:
+    """``frame`` as a store sends it: its checked order carried by its nodes (``PathOrdered``)."""
+    ordered = path_ordered(frame.nodes)
+    assert ordered is not None
+    return QueryFrame.model_construct(**{**dict(frame), "nodes": ordered})
+
+
+@pytest.mark.parametrize("marked", [False, True], ids=["unchecked", "path-ordered"])
 @pytest.mark.parametrize("seed", range(8))
-def test_the_incremental_snapshot_replays_what_the_full_rebuild_would(seed: int) -> None:
+def test_the_incremental_snapshot_replays_what_the_full_rebuild_would(
+    seed: int, marked: bool
+) -> None:
     upstreams = Upstreams()
     cache = SyncedQueryCache(upstreams, scheduler=TestScheduler(), replay=fold_query_frames)
     Recorder().attach(cache.get(Q))
     reference: QueryFrame | None = None
-    for index, frame in enumerate(_random_frames(seed, 120)):
+    frames = _random_frames(seed, 120)
+    if marked:
+        frames[0] = _marked(frames[0])
+        assert frames[0] == _random_frames(seed, 1)[0]  # the same frame to everyone else
+    for index, frame in enumerate(frames):
         upstreams.last.on_next(frame)
         reference = frame if reference is None else _rebuilt(reference, frame)
         if index % 7 == 0:  # a late subscriber now and then materialises the snapshot
