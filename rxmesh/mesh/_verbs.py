@@ -94,7 +94,7 @@ class Verbs(Job):
         ``facts.heals`` the system records it wrote (so an UNAVAILABLE answer can name them) and
         setting ``facts.basis`` once it knows it; ``intent(basis)`` is what an unreachable
         answer records."""
-        return functools.partial(_VerbAttempt.start, self, req, operation, path, run, intent)
+        return functools.partial(_VerbAttempt, self, req, operation, path, run, intent)
 
     def _intent(self, req: _Request, node: MeshNode, target: str | None = None) -> _Intent:
         core = self._core
@@ -258,12 +258,6 @@ class _VerbAttempt(AttemptSteps[NodeOperationResponse]):
         self._job, self._req, self._path, self._run, self._intent = job, req, path, run, intent
         self._verb = verb
         self._key = f"{path} {verb}"  # the intent's ledger key (PendingWrite.key)
-
-    @classmethod
-    def start(
-        cls, job: Verbs, req: _Request, operation: str, path: str, run: _Run, intent: _Intent
-    ) -> Attempt[NodeOperationResponse]:
-        return cls(job, req, operation, path, run, intent)
 
     async def run(self) -> NodeOperationResponse:
         facts = self._facts

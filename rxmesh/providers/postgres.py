@@ -229,11 +229,11 @@ frozen model never changes it, and pydantic copies it before a ``model_copy`` up
 _VALIDATE_STEP = 2000
 """Paths of a read checked per loop step (about 1 us each)."""
 _BUILD_CHUNK = 1000
+"""Rows built (or compared) per step of a large read; the loop gets a turn between two steps, so
+a 50k-row Initial or gap re-select never holds it for long."""
 _FETCH_BATCH = 5000
 """Rows a live query's cursor fetches per round trip (built or compared ``_BUILD_CHUNK`` at a
 time): a 50k-row read is 10 round trips, and no socket read decodes more than this."""
-"""Rows built (or compared) per step of a large read; the loop gets a turn between two steps, so
-a 50k-row Initial or gap re-select never holds it for long."""
 
 
 def _stored_nodes_of(rows: Sequence[asyncpg.Record], partition: str) -> list[MeshNode]:
