@@ -407,11 +407,16 @@ async def test_a_dispatch_task_that_dies_is_declared_lost_restarted_and_ends_in_
         evidence: Recorder[StoreEvidence] = Recorder(store.answers_again)
         try:
             assert (await frames.next()).kind is FrameKind.INITIAL
+            await _insert_raw(pg_dsn, store.schema_of("p"), "p/before")
+            await _next_delta_with(frames, "p/before")  # the feed works before the fault
+            # Injected only now: any get() the dispatcher makes from here on meets it (the next
+            # notification, this commit's or a probe's, is what makes it get() again). Injected
+            # before "p/before", the dispatcher could meet it first if it was not already waiting
+            # in a get(); "p/before" then came in the gap's re-select, after the restart, and the
+            # health below had been degraded and healthy again already (2 runs in 15).
             queue = store._notifications
             queue.get = _raise_once(queue.get, RuntimeError("injected"))  # type: ignore[method-assign]
-            # The dispatcher delivers this one, then meets the injected error on its next get().
-            await _insert_raw(pg_dsn, store.schema_of("p"), "p/before")
-            await _next_delta_with(frames, "p/before")
+            await _insert_raw(pg_dsn, store.schema_of("p"), "p/wake")
 
             async with asyncio.timeout(WAIT):
                 while not _feed_errors(log_records):  # noqa: ASYNC110 - bounded
