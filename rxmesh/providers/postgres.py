@@ -42,6 +42,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable
 from reactivex.subject import Subject
 
+from rxmesh._collector import collector_paused
 from rxmesh._path_order import path_ordered
 from rxmesh._trusted import (
     fields_of,
@@ -249,37 +250,76 @@ def _stored_nodes_of(rows: Sequence[asyncpg.Record], partition: str) -> list[Mes
     :func:`_node_from_row` (full validation, which raises on a corrupt row). Point reads
     (``aread``/``aread_many``, which feed existence checks and grants) always validate.
     """
-    texts = [row[2] for row in rows]
-    contents = json.loads("[" + ",".join("null" if t is None else t for t in texts) + "]")
-    head = partition + "/"
-    new, fields = MeshNode.__new__, _STORED_FIELDS_SET
-    put_dict, put_fields, put_extra, put_private = set_dict, set_fields_set, set_extra, set_private
-    nodes: list[MeshNode] = []
-    append = nodes.append
-    for row, content in zip(rows, contents, strict=True):
-        path, version = row[0], row[5]
-        if not (path.startswith(head) or path == partition) or version < 0:
-            append(_node_from_row(row))
-            continue
-        node = new(MeshNode)
-        # rxmesh._trusted.trusted, inlined: a function call per row costs a 50k-row read 5 ms.
-        put_dict(
-            node,
-            {
-                "path": path,
-                "node_type": row[1],
-                "content": content,
-                "created_by": row[3],
-                "created_at": row[4],
-                "version": version,
-                "request_id": row[6],
-            },
+    with collector_paused():  # nothing built here can be garbage yet (rxmesh._collector)
+        texts = [row[2] for row in rows]
+        contents = json.loads("[" + ",".join("null" if t is None else t for t in texts) + "]")
+        head = partition + "/"
+        new, fields = MeshNode.__new__, _STORED_FIELDS_SET
+        put_dict, put_fields, put_extra, put_private = (
+            set_dict,
+            set_fields_set,
+            set_extra,
+            set_private,
         )
-        put_fields(node, fields)
-        put_extra(node, None)
-        put_private(node, None)
-        append(node)
-    return nodes
+        nodes: list[MeshNode] = []
+        append = nodes.append
+        for row, content in zip(rows, contents, strict=True):
+            path, version = row[0], row[5]
+            if not (path.startswith(head) or path == partition) or version < 0:
+                append(_node_from_row(row))
+                continue
+            node = new(MeshNode)
+            # rxmesh._trusted.trusted, inlined: a function call per row costs a 50k-row read 5 ms.
+            put_dict(
+                node,
+                {
+                    "path": path,
+                    "node_type": row[1],
+                    "content": content,
+                    "created_by": row[3],
+                    "created_at": row[4],
+                    "version": version,
+                    "request_id": row[6],
+                },
+            )
+            put_fields(node, fields)
+            put_extra(node, None)
+            put_private(node, None)
+            append(node)
+        return nodes
+
+
+async def _read_ahead(
+    cursor: asyncpg.cursor.Cursor[asyncpg.Record],
+    partition: str,
+    each: Callable[[str, list[asyncpg.Record]], Awaitable[None]],
+) -> None:
+    """Hand ``each`` the cursor's rows batch by batch, the next batch already asked for while
+    ``each`` builds this one: the server reads and sends it (on its own core) while this
+    process builds, instead of waiting for the build to end (a 50k-row Initial 175 against
+    210 ms, measured). A batch shorter than :data:`_FETCH_BATCH` is the last one (no round
+    trip for an empty batch).
+
+    The connection runs one command at a time, and only the read-ahead runs on it while
+    ``each`` works. If ``each`` raises (or its task is cancelled), the read-ahead is cancelled
+    and awaited before the error goes on, so the transaction ends on a connection with no
+    command in flight; a failure of the read-ahead itself is added to that error as a note.
+    """
+    rows = await cursor.fetch(_FETCH_BATCH)
+    while rows:
+        ahead = (
+            asyncio.ensure_future(cursor.fetch(_FETCH_BATCH)) if len(rows) == _FETCH_BATCH else None
+        )
+        try:
+            await each(partition, rows)
+        except BaseException as error:
+            if ahead is not None:
+                ahead.cancel()
+                await asyncio.wait([ahead])
+                if not ahead.cancelled() and ahead.exception() is not None:
+                    error.add_note(f"the read of the next batch failed too: {ahead.exception()!r}")
+            raise
+        rows = await ahead if ahead is not None else []
 
 
 def _query_statement(table: str, prefix: str, node_type: str | None) -> tuple[str, list[str]]:
@@ -812,7 +852,10 @@ class PostgresStore:
         except (TimeoutError, *_DRIVER_FAULTS) as exc:
             conn.terminate()
             self._raise_at_boundary(
-                exc, operation="connecting", stage="query", connection=conn,
+                exc,
+                operation="connecting",
+                stage="query",
+                connection=conn,
                 connection_usable=False,
             )
         except BaseException:
@@ -1129,9 +1172,7 @@ class PostgresStore:
             return None
         return bool(answer)
 
-    async def _run(
-        self, operation: str, work: Callable[[_Connection], Awaitable[T]]
-    ) -> T:
+    async def _run(self, operation: str, work: Callable[[_Connection], Awaitable[T]]) -> T:
         """Run ``work`` on a pooled connection; every failure crosses the boundary once."""
         pool = self._pool
         if pool is None:
@@ -1147,7 +1188,10 @@ class PostgresStore:
             except TimeoutError as exc:
                 usable = await self._usable_after_timeout(conn)
                 self._raise_at_boundary(
-                    exc, operation=operation, stage="query", connection=conn,
+                    exc,
+                    operation=operation,
+                    stage="query",
+                    connection=conn,
                     connection_usable=usable,
                 )
             except pgexc.ReadOnlySQLTransactionError as exc:
@@ -1895,8 +1939,7 @@ class PostgresStore:
                             self._table(partition), prefix, query.node_type
                         )
                         cursor = await conn.cursor(sql, *args)
-                        while rows := await cursor.fetch(_FETCH_BATCH):
-                            await each(partition, rows)
+                        await _read_ahead(cursor, partition, each)
                 except _MISSING_SCHEMA:
                     continue
 
@@ -2405,8 +2448,7 @@ class PostgresStore:
                     await conn.fetchval("SELECT 1")
             except TimeoutError:
                 return (
-                    f"{unsent}, and the heartbeat got no answer within "
-                    f"{self._heartbeat_timeout:g}s"
+                    f"{unsent}, and the heartbeat got no answer within {self._heartbeat_timeout:g}s"
                 )
             except _DRIVER_FAULTS as exc:
                 return f"{unsent}, and the heartbeat failed: {exc!r}"
@@ -2480,8 +2522,7 @@ class PostgresStore:
     def _batch_failed(self, exc: Exception, size: int) -> None:
         self._feed.failed_batches += 1
         reason = (
-            f"a batch of {size} notification(s) could not be delivered: "
-            f"{type(exc).__name__}: {exc}"
+            f"a batch of {size} notification(s) could not be delivered: {type(exc).__name__}: {exc}"
         )
         logger.bind(store=self._name, error_type=type(exc).__name__).opt(exception=exc).error(
             "store '{}' change feed: {}; declaring a gap so dependents re-read", self._name, reason
