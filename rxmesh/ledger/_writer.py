@@ -179,8 +179,15 @@ class Writer:
 
     def _run(self) -> None:
         try:
-            while (batch := self._next_batch()) is not None:
+            while True:
+                batch = self._next_batch()
+                if batch is None:
+                    break
                 self._commit(batch)
+                # Not held while the next group is awaited (up to the linger): a 10,000-node
+                # bulk's reservations and encoded lines would stay alive, and be walked by
+                # every full collection, until then.
+                del batch
         finally:
             with self._cond:
                 if self._thread is threading.current_thread():

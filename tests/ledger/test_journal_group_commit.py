@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -18,6 +19,8 @@ from rxmesh.ledger import (
     PendingWriteLedger,
     PendingWriteOutcome,
 )
+from rxmesh.ledger._core import _Reservation
+from rxmesh.ledger._writer import Writer
 from rxmesh.operations import Verdict
 from tests.ledger._blocking import BOUND, FdatasyncGate
 from tests.ledger._fakes import make_intent
@@ -425,3 +428,35 @@ async def test_a_bulk_is_encoded_on_the_loop_500_a_step_not_by_the_writer_thread
         ticker.cancel()
     assert where == ["loop"] * 2500
     assert max(per_turn) <= 500, max(per_turn)
+
+
+async def test_the_writer_keeps_nothing_of_a_committed_group_while_it_waits_for_the_next(
+    journal_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: at c1ffe01 the writer thread held its last group (every reservation of a bulk,
+    with its encoded line) while it waited for the next one, up to its linger: 10,000 objects
+    more for each full collection after a 10,000-node bulk answered UNAVAILABLE."""
+    monkeypatch.setitem(Writer.__init__.__kwdefaults__, "linger", 60.0)  # it stays, waiting
+    ledger = PendingWriteLedger(journal_dir)
+    try:
+        intents = [make_intent(f"acme/bulk/n{i}", request_id="bulk") for i in range(300)]
+        async with asyncio.timeout(BOUND):
+            assert await ledger.record_many_durably(intents) == [True] * 300
+        gc.collect()
+        assert any(t.name == "rxmesh-journal-writer" for t in threading.enumerate())
+        assert sum(1 for o in gc.get_objects() if type(o) is _Reservation) == 0
+        # The negative control: while a group is in flight its reservations are alive, so the
+        # count above would have seen them.
+        gate = FdatasyncGate()
+        gate.close()
+        monkeypatch.setattr(os, "fdatasync", gate)
+        more = [make_intent(f"acme/more/n{i}", request_id="more") for i in range(5)]
+        task = asyncio.create_task(ledger.record_many_durably(more))
+        await gate.wait_entered()
+        assert sum(1 for o in gc.get_objects() if type(o) is _Reservation) == 5
+        gate.open()
+        async with asyncio.timeout(BOUND):
+            assert await task == [True] * 5
+        assert len(ledger.pending()) == 305  # still recorded: nothing but the bookkeeping went
+    finally:
+        ledger.close()
