@@ -19,6 +19,7 @@ from typing import Literal
 from loguru import logger
 from reactivex.subject import Subject
 
+from rxmesh._collector import collector_paused
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
 from rxmesh.ledger._journal import Journal
 from rxmesh.ledger._log import Log, encode_del, encode_put
@@ -267,7 +268,7 @@ class LedgerCore:
                     await asyncio.sleep(0)
                     if ticket.abandoned:  # the ledger was closed meanwhile
                         raise self._closed_error()
-                with self._lock:
+                with self._lock, collector_paused():  # a step's reservations stay alive
                     if ticket.sealed:  # split by a synchronous record: continue in a new one
                         ticket = self._continue(ticket)
                         tickets.append(ticket)

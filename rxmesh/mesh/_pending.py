@@ -17,6 +17,7 @@ from typing import Literal
 
 from loguru import logger
 
+from rxmesh._collector import collector_paused
 from rxmesh.ledger import (
     Answer,
     JournalError,
@@ -271,16 +272,19 @@ class PendingWrites:
         intents: list[PendingWrite] = []
         built: list[int] = []
         logged = False
-        for index, node in enumerate(nodes):
-            if index and not index % _INTENTS_PER_STEP:
+        for start in range(0, len(nodes), _INTENTS_PER_STEP):
+            if start:
                 await asyncio.sleep(0)  # a 10,000-node bulk never holds the loop (~5 us a node)
-            try:
-                intents.append(self._intent(node, access, req.request_id, "create_nodes"))
-            except Exception as exc:  # noqa: BLE001 - logged at ERROR and told in the answer
-                outcomes[index] = self._refused(exc, node, req.request_id, log=not logged)
-                logged = True
-                continue
-            built.append(index)
+            with collector_paused():  # none of a step's intents is garbage (rxmesh._collector)
+                for index in range(start, min(start + _INTENTS_PER_STEP, len(nodes))):
+                    node = nodes[index]
+                    try:
+                        intents.append(self._intent(node, access, req.request_id, "create_nodes"))
+                    except Exception as exc:  # noqa: BLE001 - logged at ERROR, told in the answer
+                        outcomes[index] = self._refused(exc, node, req.request_id, log=not logged)
+                        logged = True
+                        continue
+                    built.append(index)
         try:
             results: list[RecordResult | Exception] = [
                 *(await self._core.ledger.record_many_durably(intents))

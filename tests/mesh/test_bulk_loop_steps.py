@@ -11,6 +11,8 @@ no more than one step's worth may share a count.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 from rxmesh import CreateNodesRequest, MeshNode, RejectionReason
 from rxmesh.aio import first_value
 from rxmesh.ledger import PendingWriteLedger
+from rxmesh.ledger._core import LedgerCore
 from rxmesh.mesh import _core, _mesh, _pending
 from rxmesh.mesh._requests import CHECK_STEP
 from rxmesh.operations import CreateNodesResponse
@@ -135,3 +138,41 @@ async def test_a_large_bulk_is_refused_as_a_small_one_is(
     assert not stepwise.success
     assert (stepwise.rejection_reason, stepwise.error) == (at_once.rejection_reason, at_once.error)
     assert store.inner.write_log == []  # refused before any write
+
+
+async def test_a_bulk_builds_and_admits_its_intents_with_the_collector_held_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: at c1ffe01 a 10,000-node bulk answered UNAVAILABLE built and admitted its
+    intents with the collector on, every 700 new objects a young collection over objects that
+    stay alive (and through them the middle and full passes: the 47-57 ms full pass of
+    bench/loop_steps.py's ``bulk_unavailable``). Now each step runs with it held off, and it is
+    back on between steps (the negative control: the check below sees the collector's state)."""
+    mesh, store = make_mesh(ledger=PendingWriteLedger(journal_dir=tmp_path / "journal"))
+    await mesh.create(MeshNode(path="s/warm", content={}), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    seen: dict[str, set[bool]] = {"intent": set(), "admit": set(), "between": set()}
+
+    def noting(owner: type, name: str, key: str) -> None:
+        original = getattr(owner, name)
+
+        def noted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            seen[key].add(gc.isenabled())
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(owner, name, noted)
+
+    noting(_pending.PendingWrites, "_intent", "intent")
+    noting(LedgerCore, "_admit", "admit")
+    sleep = asyncio.sleep
+
+    async def between(delay: float, *args: Any) -> Any:
+        seen["between"].add(gc.isenabled())
+        return await sleep(delay, *args)
+
+    monkeypatch.setattr(asyncio, "sleep", between)
+    answer = await first_value(mesh.create_nodes(_bulk(2000)), timeout=60)
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE
+    assert len(answer.recorded_for_reissue) == 2000
+    assert seen == {"intent": {False}, "admit": {False}, "between": {True}}
+    assert gc.isenabled()
