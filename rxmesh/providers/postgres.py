@@ -74,6 +74,7 @@ from rxmesh.model import (
     partition_of,
     validate_path,
 )
+from rxmesh.providers._attempts import SharedAttempts
 from rxmesh.providers._feed import (
     BATCH_SIZE,
     DEFAULT_MALFORMED_LOG_INTERVAL,
@@ -320,6 +321,12 @@ async def _read_ahead(
                     error.add_note(f"the read of the next batch failed too: {ahead.exception()!r}")
             raise
         rows = await ahead if ahead is not None else []
+
+
+def _marks_unreachable(error: BaseException) -> bool:
+    """Whether taking a pooled connection failed because the store could not be reached (the
+    one rule); a pool with every connection busy is no such evidence."""
+    return is_transient_connect_fault(error) and not isinstance(error, StorePoolExhaustedError)
 
 
 def _query_statement(table: str, prefix: str, node_type: str | None) -> tuple[str, list[str]]:
@@ -582,6 +589,9 @@ class PostgresStoreStatistics:
         write_groups: statements that carried creates waiting behind busy lanes (see
             ``group_creates``); 0 when grouping is off.
         grouped_creates: the creates those statements carried.
+        shared_connect_failures: operations answered by a concurrent operation's failed
+            connection attempt instead of making their own, while the store was unreachable
+            (one attempt at a time then; see docs/providers.md).
     """
 
     store: str
@@ -596,6 +606,7 @@ class PostgresStoreStatistics:
     feed: ChangeFeedStatistics
     write_groups: int = 0
     grouped_creates: int = 0
+    shared_connect_failures: int = 0
 
 
 class PostgresStore:
@@ -698,6 +709,7 @@ class PostgresStore:
             else None
         )
         self._closing = False
+        self._attempts = SharedAttempts()
         self._changes = _Hot()
         self._gaps = _Hot()
         self._answers = _Hot()
@@ -764,6 +776,7 @@ class PostgresStore:
             feed=self._feed.snapshot(),
             write_groups=0 if self._groups is None else self._groups.groups_sent,
             grouped_creates=0 if self._groups is None else self._groups.members_sent,
+            shared_connect_failures=self._attempts.shared,
         )
 
     @staticmethod
@@ -1177,10 +1190,11 @@ class PostgresStore:
         pool = self._pool
         if pool is None:
             raise RuntimeError(f"PostgresStore '{self._name}' is not started (await start())")
-        try:
-            conn = await pool.acquire(timeout=self._acquire_timeout)
-        except _DRIVER_FAULTS as exc:
-            self._raise_at_boundary(exc, operation=operation, stage="acquire")
+        conn = await self._attempts.attempt(
+            functools.partial(self._acquire, pool, operation),
+            unreachable=_marks_unreachable,
+            answer=functools.partial(self._answer_shared, operation),
+        )
         self._in_use += 1
         try:
             try:
@@ -1204,6 +1218,44 @@ class PostgresStore:
         finally:
             self._in_use -= 1
             await self._release(pool, conn, operation)
+
+    async def _acquire(self, pool: asyncpg.Pool, operation: str) -> PoolConnectionProxy[Any]:
+        """A pooled connection for ``operation``; a failure crosses the boundary once."""
+        try:
+            return await pool.acquire(timeout=self._acquire_timeout)
+        except _DRIVER_FAULTS as exc:
+            self._raise_at_boundary(exc, operation=operation, stage="acquire")
+
+    def _answer_shared(self, operation: str, failure: BaseException) -> NoReturn:
+        """Raise ``operation``'s own error for a concurrent operation's connection attempt that
+        found the store unreachable (:class:`~rxmesh.providers._attempts.SharedAttempts`): the
+        error its own attempt would have raised, built from the same driver fault."""
+        note = (
+            "no connection attempt of its own: the store was already unreachable, and a "
+            "concurrent operation's attempt, in flight when this one began, failed so"
+        )
+        cause = failure.__cause__
+        own: BaseException | None = None
+        if (
+            isinstance(failure, StoreError)
+            and isinstance(cause, _DRIVER_FAULTS)
+            and not isinstance(cause, StoreError)
+        ):
+            try:
+                self._raise_at_boundary(cause, operation=operation, stage="acquire")
+            except Exception as error:  # noqa: BLE001 - it always raises; kept if it is this one's
+                own = error
+        if own is None or own is cause or not _marks_unreachable(own):
+            own = StoreError(
+                f"store '{self._name}' unreachable while {operation}: {failure}",
+                sqlstate=getattr(failure, "sqlstate", None) or "08001",
+                store=self._name,
+                transient=True,
+                may_have_run=False,
+            )
+            own.__cause__ = failure
+        own.add_note(note)
+        raise own
 
     async def _release(
         self, pool: asyncpg.Pool, conn: PoolConnectionProxy[Any], operation: str

@@ -1,0 +1,181 @@
+"""While the store is known unreachable, operations share one connection attempt at a time
+(rxmesh.providers._attempts; issue 16, item 5: 1,000 creates in an outage made 4,000 attempts).
+
+The attempt here is a coroutine the test releases by hand, so every interleaving is chosen, not
+timed. The classification is the one rule's (rxmesh.faults), applied to the store's own errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import NoReturn
+
+from rxmesh.exceptions import StoreError, StorePoolExhaustedError
+from rxmesh.faults import is_transient_connect_fault
+from rxmesh.providers._attempts import SharedAttempts
+from rxmesh.providers.postgres import _marks_unreachable
+
+BOUND = 5.0
+
+
+def _unreachable() -> StoreError:
+    try:
+        raise ConnectionRefusedError(111, "Connect call failed")
+    except OSError as exc:
+        error = StoreError("store 's' unreachable while testing", sqlstate=None, transient=True)
+        error.__cause__ = exc
+        return error
+
+
+class _Attempts:
+    """Attempts that each wait for the test to settle them; every one made is kept."""
+
+    def __init__(self) -> None:
+        self.made: list[asyncio.Future[str]] = []
+
+    async def __call__(self) -> str:
+        made: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.made.append(made)
+        return await made
+
+    async def until(self, count: int) -> None:
+        async with asyncio.timeout(BOUND):
+            while len(self.made) < count:  # noqa: ASYNC110 - the callers' turns, no time
+                await asyncio.sleep(0)
+
+
+class _Answered(Exception):
+    """What a caller answered from another's failure raises here (its own object)."""
+
+    def __init__(self, failure: BaseException) -> None:
+        super().__init__(f"answered from {failure}")
+        self.failure = failure
+
+
+def _answer(failure: BaseException) -> NoReturn:
+    raise _Answered(failure)
+
+
+def _callers(shared: SharedAttempts, attempts: _Attempts, n: int) -> list[asyncio.Task[str]]:
+    return [
+        asyncio.ensure_future(
+            shared.attempt(attempts, unreachable=_marks_unreachable, answer=_answer)
+        )
+        for _ in range(n)
+    ]
+
+
+async def _settle(tasks: list[asyncio.Task[str]]) -> list[object]:
+    async with asyncio.timeout(BOUND):
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+
+async def _down(shared: SharedAttempts, attempts: _Attempts) -> None:
+    """Make the store known unreachable: one attempt fails so."""
+    (first,) = _callers(shared, attempts, 1)
+    await attempts.until(len(attempts.made) + 1)
+    attempts.made[-1].set_exception(_unreachable())
+    (outcome,) = await _settle([first])
+    assert isinstance(outcome, StoreError) and shared.down
+
+
+async def test_while_the_store_answers_every_caller_makes_its_own_attempt() -> None:
+    shared, attempts = SharedAttempts(), _Attempts()
+    tasks = _callers(shared, attempts, 3)
+    await attempts.until(3)  # three in flight at once: nothing is serialised while it is up
+    for i, made in enumerate(attempts.made):
+        made.set_result(f"conn{i}")
+    assert await _settle(tasks) == ["conn0", "conn1", "conn2"]
+    assert not shared.down and shared.shared == 0
+
+
+async def test_callers_arriving_while_the_store_is_down_share_the_attempt_in_flight() -> None:
+    shared, attempts = SharedAttempts(), _Attempts()
+    await _down(shared, attempts)
+    tasks = _callers(shared, attempts, 5)
+    await attempts.until(2)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert len(attempts.made) == 2  # the first failure, then ONE attempt for the five
+    failure = _unreachable()
+    attempts.made[1].set_exception(failure)
+    outcomes = await _settle(tasks)
+    assert outcomes[0] is failure  # the leader's own error, unchanged
+    answered = outcomes[1:]
+    assert all(isinstance(o, _Answered) and o.failure is failure for o in answered)
+    assert len({id(o) for o in answered}) == 4  # each caller raised its own object
+    assert shared.shared == 4 and shared.down
+
+
+async def test_a_failure_that_is_not_unreachable_is_not_shared_and_ends_the_outage() -> None:
+    """The negative control: an attempt the store answered with a refusal (here a pool with
+    every connection busy, no evidence about reaching the store) answers only its caller;
+    the others make their own attempts."""
+    shared, attempts = SharedAttempts(), _Attempts()
+    await _down(shared, attempts)
+    tasks = _callers(shared, attempts, 3)
+    await attempts.until(2)
+    busy = StorePoolExhaustedError("no free connection", sqlstate=None, transient=True)
+    busy.__cause__ = TimeoutError()
+    assert is_transient_connect_fault(busy)  # the one rule alone would call it unreachable
+    attempts.made[1].set_exception(busy)
+    await attempts.until(4)  # the two waiters now try for themselves, at once
+    assert not shared.down
+    attempts.made[2].set_result("a")
+    attempts.made[3].set_result("b")
+    outcomes = await _settle(tasks)
+    assert outcomes[0] is busy and sorted(map(str, outcomes[1:])) == ["a", "b"]
+    assert shared.shared == 0
+
+
+async def test_an_attempt_that_succeeds_ends_the_outage_and_the_waiters_connect_alone() -> None:
+    shared, attempts = SharedAttempts(), _Attempts()
+    await _down(shared, attempts)
+    tasks = _callers(shared, attempts, 3)
+    await attempts.until(2)
+    attempts.made[1].set_result("lead")
+    await attempts.until(4)
+    attempts.made[2].set_result("w1")
+    attempts.made[3].set_result("w2")
+    assert sorted(map(str, await _settle(tasks))) == ["lead", "w1", "w2"]
+    assert not shared.down and shared.shared == 0
+
+
+async def test_a_cancelled_leader_hands_the_attempt_to_a_waiter() -> None:
+    shared, attempts = SharedAttempts(), _Attempts()
+    await _down(shared, attempts)
+    tasks = _callers(shared, attempts, 3)
+    await attempts.until(2)
+    tasks[0].cancel()  # the leader's caller gives up: that says nothing about the store
+    await attempts.until(3)  # one waiter leads now, the other waits for it
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert len(attempts.made) == 3 and shared.down
+    failure = _unreachable()
+    attempts.made[2].set_exception(failure)
+    outcomes = await _settle(tasks)
+    assert isinstance(outcomes[0], asyncio.CancelledError)
+    assert failure in outcomes[1:]
+    assert any(isinstance(o, _Answered) and o.failure is failure for o in outcomes[1:])
+
+
+async def test_a_cancelled_waiter_leaves_the_attempt_in_flight() -> None:
+    shared, attempts = SharedAttempts(), _Attempts()
+    await _down(shared, attempts)
+    tasks = _callers(shared, attempts, 2)
+    await attempts.until(2)
+    await asyncio.sleep(0)
+    tasks[1].cancel()
+    await asyncio.sleep(0)
+    assert not attempts.made[1].done()
+    attempts.made[1].set_result("lead")
+    outcomes = await _settle(tasks)
+    assert outcomes[0] == "lead" and isinstance(outcomes[1], asyncio.CancelledError)
+
+
+def test_only_an_unreachable_store_marks_it_down() -> None:
+    assert _marks_unreachable(_unreachable())
+    busy = StorePoolExhaustedError("no free connection", sqlstate=None, transient=True)
+    busy.__cause__ = TimeoutError()
+    assert not _marks_unreachable(busy)
+    assert not _marks_unreachable(StoreError("refused", sqlstate="42P01"))
