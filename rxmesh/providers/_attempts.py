@@ -72,7 +72,10 @@ class SharedAttempts:
             failure = await asyncio.shield(running)
             if failure is not None:
                 self.shared += 1
-                answer(failure)
+                try:
+                    answer(failure)
+                finally:
+                    failure = None  # this frame is in the raised error's traceback: no cycle
             # No verdict for others: try again (the store may be up, or this caller leads).
 
     async def _lead(
@@ -97,3 +100,6 @@ class SharedAttempts:
         finally:
             self._running = None
             running.set_result(failure)
+            # The failure holds this frame in its traceback, and the future holds the failure:
+            # this frame holds neither once they are handed on (no reference cycle).
+            failure = running = None  # type: ignore[assignment]

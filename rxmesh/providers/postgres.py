@@ -1255,7 +1255,10 @@ class PostgresStore:
             )
             own.__cause__ = failure
         own.add_note(note)
-        raise own
+        try:
+            raise own
+        finally:  # this frame is in the error's traceback: hold none of them (no cycle)
+            del own, failure, cause
 
     async def _release(
         self, pool: asyncpg.Pool, conn: PoolConnectionProxy[Any], operation: str

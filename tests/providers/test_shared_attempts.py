@@ -8,23 +8,22 @@ timed. The classification is the one rule's (rxmesh.faults), applied to the stor
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from typing import NoReturn
 
 from rxmesh.exceptions import StoreError, StorePoolExhaustedError
 from rxmesh.faults import is_transient_connect_fault
 from rxmesh.providers._attempts import SharedAttempts
-from rxmesh.providers.postgres import _marks_unreachable
+from rxmesh.providers.postgres import PostgresStore, _marks_unreachable
 
 BOUND = 5.0
 
 
 def _unreachable() -> StoreError:
-    try:
-        raise ConnectionRefusedError(111, "Connect call failed")
-    except OSError as exc:
-        error = StoreError("store 's' unreachable while testing", sqlstate=None, transient=True)
-        error.__cause__ = exc
-        return error
+    error = StoreError("store 's' unreachable while testing", sqlstate=None, transient=True)
+    error.__cause__ = ConnectionRefusedError(111, "Connect call failed")
+    return error
 
 
 class _Attempts:
@@ -36,7 +35,10 @@ class _Attempts:
     async def __call__(self) -> str:
         made: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.made.append(made)
-        return await made
+        try:
+            return await made
+        finally:
+            del made  # its exception's traceback holds this frame: no cycle of the test's own
 
     async def until(self, count: int) -> None:
         async with asyncio.timeout(BOUND):
@@ -179,3 +181,59 @@ def test_only_an_unreachable_store_marks_it_down() -> None:
     busy.__cause__ = TimeoutError()
     assert not _marks_unreachable(busy)
     assert not _marks_unreachable(StoreError("refused", sqlstate="42P01"))
+
+
+async def test_a_shared_failure_leaves_no_reference_cycle_behind() -> None:
+    """Regression: the frames that raise a shared failure held the error whose traceback holds
+    them (the leader's ``failure``, each waiter's), so every error of an outage was cyclic
+    garbage: 176 objects a create in bench/loop_steps.py's ``unavailable`` scenario waited for
+    the collector, feeding its full passes (26 after, all the driver's own). Now reference
+    counting frees them as soon as the callers drop their errors."""
+    shared, attempts = SharedAttempts(), _Attempts()
+    gc.collect()
+    gc.disable()
+    try:
+        await _down(shared, attempts)
+        tasks = _callers(shared, attempts, 3)
+        await attempts.until(2)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        attempts.made[1].set_exception(_unreachable())
+        outcomes = await _settle(tasks)
+        errors = [weakref.ref(o) for o in outcomes if isinstance(o, BaseException)]
+        assert len(errors) == 3
+        del outcomes, tasks
+        attempts.made.clear()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert [ref() for ref in errors] == [None, None, None]  # freed without a collection
+    finally:
+        gc.enable()
+
+
+def test_the_stores_answer_to_a_shared_failure_is_its_own_and_freed_without_a_collection() -> None:
+    """The store's ``answer``: the error the waiting operation's own attempt would have raised
+    (the boundary's mapping of the same driver fault, naming this operation), noted as shared;
+    and, regression as above, no frame of it holds the error it raises."""
+    store = PostgresStore("postgresql://rxmesh@127.0.0.1:1/db")
+    failure = StoreError("store 's' unreachable while writing 'p/a'", sqlstate="08001")
+    failure.__cause__ = ConnectionRefusedError(111, "Connect call failed")
+    gc.collect()
+    gc.disable()
+    try:
+        caught: list[StoreError] = []
+        try:
+            store._answer_shared("reading 'p/x'", failure)
+        except StoreError as raised:
+            caught.append(raised)
+        (error,) = caught
+        assert error is not failure and "'p/x'" in str(error) and "'p/a'" not in str(error)
+        assert is_transient_connect_fault(error)
+        assert error.__cause__ is failure.__cause__  # the same driver fault, mapped again
+        assert "no connection attempt of its own" in error.__notes__[0]
+        freed = weakref.ref(error)
+        del error
+        caught.clear()
+        assert freed() is None
+    finally:
+        gc.enable()
