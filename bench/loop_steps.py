@@ -232,6 +232,8 @@ async def _one_pass(
 
             watched = await _measured(work, debug=debug, collect=collect)
             watched["answers"] = _tally(answers)
+            # operations answered by a concurrent one's failed connection attempt (an outage)
+            watched["shared_connect_failures"] = store.statistics().shared_connect_failures
             return watched
         finally:
             await proxy.restore()

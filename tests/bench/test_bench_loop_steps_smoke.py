@@ -51,3 +51,5 @@ def test_the_loop_steps_bench_runs_every_scenario_and_answers_every_request(pg_d
             assert row["baseline_for"] == "unavailable" and "meets_target" not in row
         else:
             assert isinstance(row["rxmesh_steps_meet_target"], bool)
+            shared = row["monitor"]["shared_connect_failures"]
+            assert shared == 0 if row["scenario"] == "healthy" else isinstance(shared, int)
