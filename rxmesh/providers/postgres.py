@@ -252,8 +252,8 @@ def _stored_nodes_of(rows: Sequence[asyncpg.Record], partition: str) -> list[Mes
     (``aread``/``aread_many``, which feed existence checks and grants) always validate.
     """
     with collector_paused():  # nothing built here can be garbage yet (rxmesh._collector)
-        texts = [row[2] for row in rows]
-        contents = json.loads("[" + ",".join("null" if t is None else t for t in texts) + "]")
+        # A jsonb's text is never empty, so ``or`` stands in for a NULL content only.
+        contents = json.loads("[" + ",".join([row[2] or "null" for row in rows]) + "]")
         head = partition + "/"
         new, fields = MeshNode.__new__, _STORED_FIELDS_SET
         put_dict, put_fields, put_extra, put_private = (
