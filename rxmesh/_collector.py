@@ -1,12 +1,13 @@
 """The cyclic garbage collector held off for the length of one synchronous build.
 
 CPython starts a young collection every 700 new container objects (net) and an older one every
-ten of those, whatever the objects are. A 50k-row Initial makes about 150k of them (a node, its
-``__dict__``, the decoded contents) in 1000-row steps: without a pause that is some 230 young
-collections, 20 middle ones and a full pass over the whole heap (at 143k objects, 32-41 ms), all
-inside rxmesh's own steps, although none of those objects can be garbage yet (they are in the
-list being built). Held off for each step, the same build gets one young collection a step, a
-handful of middle ones and, measured, no full pass.
+ten of those, whatever the objects are. A 50k-row Initial makes about 100k of them (a node and
+its ``__dict__`` a row, more for contents holding containers) in 1000-row steps: without a pause
+that was some 230 young collections, 21 middle ones and a full pass over the whole heap (at 143k
+objects, 32-41 ms), all inside rxmesh's own steps, although none of those objects can be garbage
+yet (they are in the list being built). Held off for each step, the same build gets one young
+collection a step, and the middle and full passes that counting starts come about three times
+less often (docs/performance.md, "Stop 27").
 
 :func:`collector_paused` pauses it only around synchronous code (nothing is awaited inside, so
 no other task of the loop runs with the collector off) and puts back what it found: a collector
