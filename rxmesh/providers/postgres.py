@@ -297,9 +297,9 @@ async def _read_ahead(
 ) -> None:
     """Hand ``each`` the cursor's rows batch by batch, the next batch already asked for while
     ``each`` builds this one: the server reads and sends it (on its own core) while this
-    process builds, instead of waiting for the build to end (a 50k-row Initial 175 against
-    210 ms, measured). A batch shorter than :data:`_FETCH_BATCH` is the last one (no round
-    trip for an empty batch).
+    process builds, instead of waiting for the build to end (50k rows read through a cursor
+    with a build of ~1.2 us a row, measured apart from rxmesh: 175 against 210 ms). A batch
+    shorter than :data:`_FETCH_BATCH` is the last one (no round trip for an empty batch).
 
     The connection runs one command at a time, and only the read-ahead runs on it while
     ``each`` works. If ``each`` raises (or its task is cancelled), the read-ahead is cancelled
