@@ -108,13 +108,13 @@ async def test_subscriptions_of_one_store_share_one_re_select_per_query_at_a_gap
     async with started(pg_dsn, prefix, reconnect_backoff=(0.2,)) as store:
         await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
         selects: list[NodeQuery] = []
-        select = store._select_rows
+        select = store._reselect_rows
 
-        async def counting(query: NodeQuery) -> Any:
+        async def counting(query: NodeQuery, each: Any) -> None:
             selects.append(query)
-            return await select(query)
+            await select(query, each)
 
-        monkeypatch.setattr(store, "_select_rows", counting)
+        monkeypatch.setattr(store, "_reselect_rows", counting)
         same, other = NodeQuery(partition="p"), NodeQuery(partition="p", node_type=None)
         assert same == other  # equal queries are the same query
         distinct = NodeQuery(path_prefix="p")

@@ -1,0 +1,205 @@
+"""A gap's re-select is shared AND streamed (issue 16, items 3 and 5): each batch goes to every
+subscription that joined before the first batch went out, and is gone once each has compared
+it; a subscription that comes later reads on its own; the read's end or error reaches every
+reader; the last reader leaving cancels the read."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+import pytest
+
+from rxmesh.aio import first_value
+from rxmesh.model import ChangeFeedGap, MeshNode, NodeQuery, QueryFrame
+from rxmesh.providers import postgres
+from tests.live.test_postgres_live import _gap
+from tests.postgres.kinds import started
+from tests.providers.conftest import Recorder
+
+WAIT = 10.0
+QUERY = NodeQuery(partition="p")
+
+
+class _Batch(list[Any]):
+    """A batch of rows whose life is counted (no cycle holds one: it dies by reference count)."""
+
+    alive = 0
+    most = 0
+
+    def __init__(self, rows: list[Any]) -> None:
+        super().__init__(rows)
+        type(self).alive += 1
+        type(self).most = max(type(self).most, type(self).alive)
+
+    def __del__(self) -> None:
+        type(self).alive -= 1
+
+
+@pytest.mark.postgres
+async def test_a_gap_re_select_never_holds_more_than_a_few_batches(
+    pg_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: at 289252f the re-select kept every batch until its end (all 20 here alive
+    at once, each record then old enough for the collector's oldest generation); streamed, a
+    batch is gone once the subscriptions have compared it."""
+    monkeypatch.setattr(postgres, "_FETCH_BATCH", 10)
+    async with started(pg_dsn, prefix, reconnect_backoff=(0.2,)) as store:
+        nodes = [MeshNode(path=f"p/{i:03d}", node_type="Row", version=1) for i in range(199)]
+        await first_value(store.write_many(nodes), timeout=30)
+        select = store._select_batches
+        counting = False
+
+        async def counted(query: NodeQuery, each: Any) -> None:
+            async def tracked(partition: str, rows: list[asyncpg.Record]) -> None:
+                await each(partition, _Batch(rows) if counting else rows)
+
+            await select(query, tracked)
+
+        monkeypatch.setattr(store, "_select_batches", counted)
+        gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
+        recorders = [Recorder(store.query(QUERY)) for _ in range(2)]
+        try:
+            for frames in recorders:
+                assert len((await frames.next()).nodes) == 199
+            counting = True
+            await _gap(store, pg_dsn, gaps, "p/missed")
+            for frames in recorders:  # both subscriptions saw the whole re-select
+                delta: QueryFrame = await frames.next()
+                assert [node.path for node in delta.nodes] == ["p/missed"]
+                assert delta.removed == ()
+            assert _Batch.most >= 1  # the control: the batches were counted
+            assert _Batch.most <= 3, f"{_Batch.most} of 20 batches alive at once"
+            assert _Batch.alive == 0
+        finally:
+            for recorder in (gaps, *recorders):
+                recorder.dispose()
+
+
+# ---------------------------------------------------------------- the shared read, in isolation
+
+
+class _Rows:
+    """A scripted ``_reselect_rows``: each call is one read, fed batch by batch by the test."""
+
+    def __init__(self) -> None:
+        self.reads: list[asyncio.Queue[list[Any] | BaseException | None]] = []
+        self.cancelled = 0
+
+    async def __call__(self, query: NodeQuery, each: Any) -> None:
+        feed: asyncio.Queue[list[Any] | BaseException | None] = asyncio.Queue()
+        self.reads.append(feed)
+        try:
+            while (rows := await feed.get()) is not None:
+                if isinstance(rows, BaseException):
+                    raise rows
+                await each("p", rows)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+
+
+def _row(path: str) -> tuple[Any, ...]:
+    return (path, "Row", None, None, None, 1, None)
+
+
+@pytest.fixture
+async def store(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A store never started (no server needed): only its re-select sharing is used."""
+    made = postgres.PostgresStore("postgresql://127.0.0.1:1/none", schema_prefix="rxg_")
+    rows = _Rows()
+    monkeypatch.setattr(made, "_reselect_rows", rows)
+    made.rows = rows
+    yield made
+    await made.close()
+
+
+async def _turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def _drain(reader: Any) -> list[str]:
+    paths: list[str] = []
+    async with asyncio.timeout(WAIT):
+        while (batch := await reader.next()) is not None:
+            paths.extend(row[0] for row in batch[1])
+    return paths
+
+
+async def test_subscriptions_joined_before_the_first_batch_share_one_read(store: Any) -> None:
+    first, second = store._reselect(QUERY, 0), store._reselect(QUERY, 0)
+    await _turns()
+    assert len(store.rows.reads) == 1
+    (feed,) = store.rows.reads
+    feed.put_nowait([_row("p/a")])
+    feed.put_nowait([_row("p/b")])
+    feed.put_nowait(None)
+    assert await _drain(first) == ["p/a", "p/b"]
+    assert await _drain(second) == ["p/a", "p/b"]
+    assert len(store.rows.reads) == 1
+
+
+async def test_a_later_gap_is_never_served_by_an_earlier_read(store: Any) -> None:
+    """The control of sharing: a read begun before gap 2 was declared cannot answer it."""
+    store._reselect(QUERY, 0)
+    store._feed.gaps = 2
+    store._reselect(QUERY, 2)
+    await _turns()
+    assert len(store.rows.reads) == 2
+
+
+async def test_a_subscription_after_the_first_batch_reads_on_its_own(store: Any) -> None:
+    early = store._reselect(QUERY, 0)
+    await _turns()
+    store.rows.reads[0].put_nowait([_row("p/a")])
+    await _turns()
+    late = store._reselect(QUERY, 0)  # p/a already went out: joining would miss it
+    await _turns()
+    assert len(store.rows.reads) == 2
+    store.rows.reads[0].put_nowait([_row("p/b")])
+    store.rows.reads[0].put_nowait(None)
+    store.rows.reads[1].put_nowait([_row("p/a"), _row("p/b")])
+    store.rows.reads[1].put_nowait(None)
+    assert await _drain(early) == ["p/a", "p/b"]
+    assert await _drain(late) == ["p/a", "p/b"]
+
+
+async def test_the_reads_error_reaches_every_reader_after_its_batches(store: Any) -> None:
+    readers = [store._reselect(QUERY, 0) for _ in range(2)]
+    await _turns()
+    (feed,) = store.rows.reads
+    error = ConnectionResetError("the server went away")
+    feed.put_nowait([_row("p/a")])
+    feed.put_nowait(error)
+    for reader in readers:
+        assert (await reader.next())[1] == [_row("p/a")]
+        with pytest.raises(ConnectionResetError) as raised:
+            await reader.next()
+        assert raised.value is error
+    assert store.rows.cancelled == 0
+
+
+async def test_one_reader_leaving_keeps_the_read_and_the_last_cancels_it(store: Any) -> None:
+    first, second = store._reselect(QUERY, 0), store._reselect(QUERY, 0)
+    await _turns()
+    first.leave()
+    await _turns()
+    assert store.rows.cancelled == 0  # the control: the other still reads
+    store.rows.reads[0].put_nowait([_row("p/a")])
+    assert (await second.next())[1] == [_row("p/a")]
+    second.leave()
+    await _turns()
+    assert store.rows.cancelled == 1
+    assert QUERY not in store._reselects
+
+
+async def test_closing_the_store_cancels_the_read_and_its_readers_hear_it(store: Any) -> None:
+    reader = store._reselect(QUERY, 0)
+    await _turns()
+    await store.close()
+    await _turns()  # close() cancels the read; it ends on the next turns
+    assert store.rows.cancelled == 1
+    with pytest.raises(asyncio.CancelledError):
+        await reader.next()
