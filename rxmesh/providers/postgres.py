@@ -421,6 +421,7 @@ class _Reread:
     def leave(self, reader: _RereadReader) -> None:
         self._readers.discard(reader)
         if not self._readers and self.task is not None and not self.task.done():
+            self._started = True  # a subscription coming now reads on its own, never this one
             self.task.cancel()
 
     def built(self, rows: list[asyncpg.Record], partition: str) -> list[MeshNode]:

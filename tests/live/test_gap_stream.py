@@ -195,6 +195,23 @@ async def test_one_reader_leaving_keeps_the_read_and_the_last_cancels_it(store: 
     assert QUERY not in store._reselects
 
 
+async def test_a_subscription_coming_as_the_last_one_left_gets_a_read_of_its_own(
+    store: Any,
+) -> None:
+    """The read the last reader left is cancelled: one joining in the same turn (before that
+    read has ended) must not be handed its cancellation."""
+    first = store._reselect(QUERY, 0)
+    await _turns()  # its read has begun
+    first.leave()
+    reader = store._reselect(QUERY, 0)
+    await _turns()
+    assert store.rows.cancelled == 1
+    assert len(store.rows.reads) == 2
+    store.rows.reads[1].put_nowait([_row("p/a")])
+    store.rows.reads[1].put_nowait(None)
+    assert await _drain(reader) == ["p/a"]
+
+
 async def test_closing_the_store_cancels_the_read_and_its_readers_hear_it(store: Any) -> None:
     reader = store._reselect(QUERY, 0)
     await _turns()
