@@ -23,13 +23,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import operator
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
+from itertools import islice, repeat
 from types import TracebackType
 from typing import Any, Literal, NoReturn, TypeVar
 from urllib.parse import urlparse
@@ -43,7 +46,7 @@ from reactivex.disposable import CompositeDisposable
 from reactivex.subject import Subject
 
 from rxmesh._collector import collector_paused
-from rxmesh._path_order import path_ordered
+from rxmesh._path_order import PathOrdered, path_ordered
 from rxmesh._trusted import (
     fields_of,
     set_dict,
@@ -222,6 +225,7 @@ def _node_from_row(row: asyncpg.Record) -> MeshNode:
     )
 
 
+_new_object = object.__new__
 _CHANGE_FIELDS = fields_of(NodeChange)
 _ANNOUNCED_FIELDS = fields_of(CommitAnnounced)
 _STORED_FIELDS_SET = fields_of(MeshNode)
@@ -247,50 +251,63 @@ def _stored_nodes_of(rows: Sequence[asyncpg.Record], partition: str) -> list[Mes
 
     Every row of those tables was validated at the write boundary (a :class:`MeshNode` is
     validated when it is made, and the store writes nothing else), so the live-query reads (the
-    Initial, the gap re-select, the change feed's row fetch) trust them: about 1 us a row
+    Initial, the gap re-select, the change feed's row fetch) trust them: well under 1 us a row
     against 5 us validated, the contents decoded by ONE ``json.loads`` of the whole chunk. What
     is kept is the check a foreign or corrupt row fails cheaply: the path must lie in the
-    table's partition and the version must be >= 0; a row failing it is built by
-    :func:`_node_from_row` (full validation, which raises on a corrupt row). Point reads
-    (``aread``/``aread_many``, which feed existence checks and grants) always validate.
+    table's partition and the version must be >= 0; a chunk with a row failing it is built row
+    by row, that row by :func:`_node_from_row` (full validation, which raises on a corrupt row).
+    Point reads (``aread``/``aread_many``, which feed existence checks and grants) always
+    validate.
     """
     with collector_paused():  # nothing built here can be garbage yet (rxmesh._collector)
         # A jsonb's text is never empty, so ``or`` stands in for a NULL content only.
         contents = json.loads("[" + ",".join([row[2] or "null" for row in rows]) + "]")
         head = partition + "/"
-        new, fields = MeshNode.__new__, _STORED_FIELDS_SET
-        put_dict, put_fields, put_extra, put_private = (
-            set_dict,
-            set_fields_set,
-            set_extra,
-            set_private,
-        )
-        nodes: list[MeshNode] = []
-        append = nodes.append
-        for row, content in zip(rows, contents, strict=True):
-            path, version = row[0], row[5]
-            if not (path.startswith(head) or path == partition) or version < 0:
-                append(_node_from_row(row))
-                continue
-            node = new(MeshNode)
-            # rxmesh._trusted.trusted, inlined: a function call per row costs a 50k-row read 5 ms.
-            put_dict(
-                node,
-                {
-                    "path": path,
-                    "node_type": row[1],
-                    "content": content,
-                    "created_by": row[3],
-                    "created_at": row[4],
-                    "version": version,
-                    "request_id": row[6],
-                },
+        values = [
+            {
+                "path": path,
+                "node_type": node_type,
+                "content": content,
+                "created_by": created_by,
+                "created_at": created_at,
+                "version": version,
+                "request_id": request_id,
+            }
+            if version >= 0 and (path.startswith(head) or path == partition)
+            else None
+            for (path, node_type, _, created_by, created_at, version, request_id), content in zip(
+                rows, contents, strict=True
             )
-            put_fields(node, fields)
-            put_extra(node, None)
-            put_private(node, None)
-            append(node)
+        ]
+        if None in values:  # a foreign or corrupt row: the chunk is built one row at a time
+            fields = _STORED_FIELDS_SET
+            return [
+                _node_from_row(row) if value is None else trusted(MeshNode, value, fields)
+                for row, value in zip(rows, values, strict=True)
+            ]
+        # rxmesh._trusted.trusted, one attribute at a time for the whole chunk: each setter
+        # applied by C-level ``map`` (a Python-level call per row and attribute cost a 1000-row
+        # chunk 0.65 against 0.53 ms, measured).
+        count = len(values)
+        nodes: list[MeshNode] = list(map(_new_object, repeat(MeshNode, count)))
+        _exhaust(map(set_dict, nodes, values))
+        _exhaust(map(set_fields_set, nodes, repeat(_STORED_FIELDS_SET, count)))
+        _exhaust(map(set_extra, nodes, repeat(None, count)))
+        _exhaust(map(set_private, nodes, repeat(None, count)))
         return nodes
+
+
+def _exhaust(calls: Iterable[object]) -> None:
+    """Run every call of a lazy ``map`` (its results are all ``None``)."""
+    deque(calls, maxlen=0)
+
+
+def _paths_ascend(rows: Sequence[asyncpg.Record], after: str | None) -> bool:
+    """Whether the rows' paths are strictly ascending, and above ``after`` (C-level compares)."""
+    paths = [row[0] for row in rows]
+    if after is not None and paths and not after < paths[0]:
+        return False
+    return all(map(operator.lt, paths, islice(paths, 1, None)))
 
 
 async def _read_ahead(
@@ -360,7 +377,7 @@ def _same(a: MeshNode | None, b: MeshNode) -> bool:
     return a is not None and (a is b or a.__dict__ == b.__dict__)
 
 
-def _initial_frame(nodes: list[MeshNode], provider: str) -> QueryFrame:
+def _initial_frame(nodes: list[MeshNode] | PathOrdered, provider: str) -> QueryFrame:
     """``QueryFrame.initial(nodes)``; rows that came strictly ordered by path (the usual case:
     one partition, ``ORDER BY path``) are neither re-sorted nor re-validated one by one, and
     their frame says so (:class:`PathOrdered`: the fan-in and the cache do not check again)."""
@@ -2015,19 +2032,26 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ queries
 
-    async def _select(self, query: NodeQuery) -> list[MeshNode]:
+    async def _select(self, query: NodeQuery) -> list[MeshNode] | PathOrdered:
         """The nodes matching ``query``, ordered by path: built batch by batch as the rows come,
         so a batch's records are gone before the next arrives (a 50k-row read never holds 50k
-        records beside the nodes, and no single read of the socket decodes them all)."""
+        records beside the nodes, and no single read of the socket decodes them all). They come
+        as a :class:`PathOrdered` when the rows came strictly ordered by path (checked on the
+        records as they come: one pass less over the nodes), else as the list to sort."""
         nodes: list[MeshNode] = []
+        ascending = True
 
         async def build(partition: str, rows: list[asyncpg.Record]) -> None:
+            nonlocal ascending
             for start in range(0, len(rows), _BUILD_CHUNK):
                 await asyncio.sleep(0)
-                nodes.extend(_stored_nodes_of(rows[start : start + _BUILD_CHUNK], partition))
+                chunk = rows[start : start + _BUILD_CHUNK]
+                if ascending:
+                    ascending = _paths_ascend(chunk, nodes[-1].path if nodes else None)
+                nodes.extend(_stored_nodes_of(chunk, partition))
 
         await self._select_batches(query, build)
-        return nodes
+        return PathOrdered.of_sorted(nodes) if ascending else nodes
 
     async def _select_batches(
         self, query: NodeQuery, each: Callable[[str, list[asyncpg.Record]], Awaitable[None]]

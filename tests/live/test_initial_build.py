@@ -23,6 +23,7 @@ import pytest
 
 import rxmesh.providers.postgres as postgres
 from rxmesh._collector import collector_paused
+from rxmesh._path_order import PathOrdered
 from rxmesh.aio import first_value
 from rxmesh.model import MeshNode, NodeQuery
 from tests.postgres.kinds import started
@@ -112,6 +113,54 @@ def test_a_foreign_row_raises_out_of_the_build_with_the_collector_back_on() -> N
     with pytest.raises(ValueError, match="version"):  # pydantic's ValidationError
         postgres._stored_nodes_of(rows, "p")  # type: ignore[arg-type]
     assert gc.isenabled()
+
+
+def test_a_foreign_but_valid_row_is_validated_and_its_chunk_keeps_its_order() -> None:
+    """A row outside the table's partition goes through full validation (it is built, checked);
+    the rows around it are still built trusted, each equal to its validated self, in order."""
+    rows = _rows(4)
+    rows[2] = _Row(("elsewhere/x", "Row", '{"n": 2}', "w", rows[2][4], 1, "r2"))
+    nodes = postgres._stored_nodes_of(rows, "p")  # type: ignore[arg-type]
+    assert [n.path for n in nodes] == ["p/000000", "p/000001", "elsewhere/x", "p/000003"]
+    for row, node in zip(rows, nodes, strict=True):
+        assert node == postgres._node_from_row(row)  # type: ignore[arg-type]
+        assert node.model_fields_set == set(MeshNode.model_fields)
+    # The negative control: a foreign row that is not a valid node is refused, not built.
+    rows[2] = _Row(("elsewhere/x", "Row", "{}", "w", rows[2][4], -1, None))
+    with pytest.raises(ValueError, match="version"):
+        postgres._stored_nodes_of(rows, "p")  # type: ignore[arg-type]
+
+
+def test_paths_ascend_only_when_strictly_ascending_and_above_the_last() -> None:
+    rows = _rows(3)
+    assert postgres._paths_ascend(rows, None)  # type: ignore[arg-type]
+    assert postgres._paths_ascend(rows, "p/")  # type: ignore[arg-type]
+    assert postgres._paths_ascend([], "p/z")
+    assert not postgres._paths_ascend(rows, "p/000000")  # type: ignore[arg-type]  # not above
+    assert not postgres._paths_ascend(rows[::-1], None)  # type: ignore[arg-type]
+    assert not postgres._paths_ascend([rows[0], rows[0]], None)  # type: ignore[arg-type]
+
+
+@pytest.mark.postgres
+async def test_an_initial_over_partitions_out_of_path_order_is_still_sorted(
+    pg_dsn: str, prefix: str
+) -> None:
+    """Partitions are read one after the other: ``p-x/...`` sorts before ``p/...`` although
+    ``p`` is read first here, so the read is not in path order as it comes and is sorted; the
+    control: one partition's read comes as the checked ``PathOrdered``."""
+    async with started(pg_dsn, prefix) as store:
+        nodes = [MeshNode(path=p, version=1) for p in ("p/b", "p/a", "p-x/a", "p-x/b")]
+        for node in nodes:
+            await store.awrite(node)
+        whole = await first_value(store.query(NodeQuery()), timeout=10)
+        assert [n.path for n in whole.nodes] == ["p-x/a", "p-x/b", "p/a", "p/b"]
+        one = await first_value(store.query(NodeQuery(partition="p")), timeout=10)
+        assert isinstance(one.nodes, PathOrdered)
+        assert [n.path for n in one.nodes] == ["p/a", "p/b"]
+        selected = await store._select(NodeQuery())
+        # read in schema-name order, "p" before "p-x": not ascending as it came
+        assert [n.path for n in selected] == ["p/a", "p/b", "p-x/a", "p-x/b"]
+        assert not isinstance(selected, PathOrdered)
 
 
 @pytest.fixture
