@@ -77,6 +77,56 @@ async def test_a_gap_re_select_never_holds_more_than_a_few_batches(
                 recorder.dispose()
 
 
+@pytest.mark.postgres
+async def test_a_subscription_leaving_mid_re_select_cancels_it_and_the_pool_stays_clean(
+    pg_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The only subscription of a re-select leaves after its third batch: the read is
+    cancelled on the server connection it holds (a cursor in a transaction, the next batch in
+    flight), and every pooled connection is usable afterwards."""
+    monkeypatch.setattr(postgres, "_FETCH_BATCH", 10)
+    async with started(pg_dsn, prefix, reconnect_backoff=(0.2,), max_size=1) as store:
+        nodes = [MeshNode(path=f"p/{i:03d}", node_type="Row", version=1) for i in range(199)]
+        await first_value(store.write_many(nodes), timeout=30)
+        select = store._reselect_rows
+        batches = 0
+        ended: list[BaseException | None] = []
+        gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
+        frames: Recorder[QueryFrame] = Recorder(store.query(QUERY))
+
+        async def leaving(query: NodeQuery, each: Any) -> None:
+            async def counted(partition: str, rows: list[asyncpg.Record]) -> None:
+                nonlocal batches
+                batches += 1
+                if batches == 3:
+                    frames.dispose()  # the subscription leaves while the read goes on
+                await each(partition, rows)
+
+            try:
+                await select(query, counted)
+            except BaseException as error:
+                ended.append(error)
+                raise
+            ended.append(None)
+
+        try:
+            assert len((await frames.next()).nodes) == 199
+            monkeypatch.setattr(store, "_reselect_rows", leaving)
+            await _gap(store, pg_dsn, gaps, "p/missed")
+            async with asyncio.timeout(WAIT):
+                while not ended:  # noqa: ASYNC110 - the read's own end, bounded
+                    await asyncio.sleep(0.005)
+            assert isinstance(ended[0], asyncio.CancelledError)
+            assert batches < 20  # cancelled, not read to its end
+            # The pool's one connection is clean: a read and a whole query run on it.
+            assert await store.aread("p/missed") is not None
+            again = await first_value(store.query(QUERY), timeout=WAIT)
+            assert len(again.nodes) == 200
+        finally:
+            gaps.dispose()
+            frames.dispose()
+
+
 # ---------------------------------------------------------------- the shared read, in isolation
 
 
