@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from rxmesh.aio import first_value
+from rxmesh.faults import is_standing_watch_transient
 from rxmesh.model import ChangeFeedGap, MeshNode, NodeQuery, QueryFrame
 from rxmesh.providers import postgres
 from tests.live.test_postgres_live import _gap
@@ -125,6 +126,71 @@ async def test_a_subscription_leaving_mid_re_select_cancels_it_and_the_pool_stay
         finally:
             gaps.dispose()
             frames.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_re_select_whose_connection_is_killed_fails_every_subscription_alike(
+    pg_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server connection of a shared re-select is terminated after its second batch: each
+    subscription that shares it ends with the same classified error (a transient fault a
+    standing watch re-opens after, rxmesh.faults), none sees a partial Delta, and the store
+    serves the next query on a fresh connection. The control: the same subscriptions, reading
+    a re-select nobody kills, get their Delta."""
+    monkeypatch.setattr(postgres, "_FETCH_BATCH", 10)
+    async with started(pg_dsn, prefix, reconnect_backoff=(0.2,)) as store:
+        nodes = [MeshNode(path=f"p/{i:03d}", node_type="Row", version=1) for i in range(199)]
+        await first_value(store.write_many(nodes), timeout=30)
+        select = store._reselect_rows
+        kill = True
+
+        async def killed(query: NodeQuery, each: Any) -> None:
+            batches = 0
+
+            async def counted(partition: str, rows: list[asyncpg.Record]) -> None:
+                nonlocal batches
+                batches += 1
+                if batches == 2 and kill:
+                    conn = await asyncpg.connect(pg_dsn)
+                    try:  # the read's backend: in its transaction, its SELECT names the schema
+                        killed = await conn.fetchval(
+                            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                            " WHERE pid <> pg_backend_pid() AND state <> 'idle' AND query LIKE $1",
+                            f"%{store.schema_of('p')}%ORDER BY path%",
+                        )
+                        assert killed == 1
+                    finally:
+                        await conn.close()
+                await each(partition, rows)
+
+            await select(query, counted)
+
+        monkeypatch.setattr(store, "_reselect_rows", killed)
+        gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
+        recorders = [Recorder(store.query(QUERY)) for _ in range(2)]
+        try:
+            for frames in recorders:
+                assert len((await frames.next()).nodes) == 199
+            await _gap(store, pg_dsn, gaps, "p/missed")
+            errors = []
+            for frames in recorders:
+                with pytest.raises(Exception) as raised:  # any error: classified below
+                    await frames.next()
+                errors.append(raised.value)
+            assert errors[0] is errors[1]
+            assert is_standing_watch_transient(errors[0]), repr(errors[0])
+            kill = False  # the control: a re-select nobody kills
+            again = Recorder(store.query(QUERY))
+            try:
+                assert len((await again.next()).nodes) == 200
+                await _gap(store, pg_dsn, gaps, "p/missed2")
+                delta = await again.next()
+                assert [node.path for node in delta.nodes] == ["p/missed2"]
+            finally:
+                again.dispose()
+        finally:
+            for recorder in (gaps, *recorders):
+                recorder.dispose()
 
 
 # ---------------------------------------------------------------- the shared read, in isolation
