@@ -146,3 +146,23 @@ async def test_a_gap_re_select_builds_only_the_rows_that_changed(
         finally:
             gaps.dispose()
             frames.dispose()
+
+
+@pytest.mark.postgres
+async def test_the_reads_settings_are_gone_from_the_connection_after_it(
+    pg_dsn: str, prefix: str
+) -> None:
+    """``SET LOCAL`` ends with the read's transaction: the pooled connection that served an
+    Initial and a gap's re-select keeps the session's own settings (a plain ``SET`` would leave
+    ISO and UTC on it, for the next user of a pooler's server connection too)."""
+    settings = "DateStyle=SQL,%20DMY&TimeZone=Asia/Kolkata"
+    dsn = pg_dsn + ("&" if "?" in pg_dsn else "?") + settings
+    async with started(dsn, prefix, min_size=1, max_size=1) as store:
+        await store.awrite(MeshNode(path="p/a", version=1))
+        frame = await first_value(store.query(NodeQuery(partition="p")), timeout=WAIT)
+        assert [node.path for node in frame.nodes] == ["p/a"]
+        pool = store._pool
+        assert pool is not None
+        async with pool.acquire() as conn:  # the one connection that served the read
+            assert await conn.fetchval("SHOW DateStyle") == "SQL, DMY"
+            assert await conn.fetchval("SHOW TimeZone") == "Asia/Kolkata"
