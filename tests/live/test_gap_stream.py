@@ -6,6 +6,8 @@ reader; the last reader leaving cancels the read."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -38,6 +40,34 @@ class _Batch(list[Any]):
         type(self).alive -= 1
 
 
+@asynccontextmanager
+async def _store_of_199_rows(
+    dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch, **options: Any
+) -> AsyncIterator[postgres.PostgresStore]:
+    """A started store whose partition ``p`` holds 199 rows, read 10 a round trip (20 batches)."""
+    monkeypatch.setattr(postgres, "_FETCH_BATCH", 10)
+    async with started(dsn, prefix, reconnect_backoff=(0.2,), **options) as store:
+        nodes = [MeshNode(path=f"p/{i:03d}", node_type="Row", version=1) for i in range(199)]
+        await first_value(store.write_many(nodes), timeout=30)
+        yield store
+
+
+@asynccontextmanager
+async def _subscribed(
+    store: postgres.PostgresStore, count: int
+) -> AsyncIterator[tuple[Recorder[ChangeFeedGap], list[Recorder[QueryFrame]]]]:
+    """The store's gaps and two subscriptions of ``QUERY``, their Initials (``count`` rows) in."""
+    gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
+    recorders = [Recorder(store.query(QUERY)) for _ in range(2)]
+    try:
+        for frames in recorders:
+            assert len((await frames.next()).nodes) == count
+        yield gaps, recorders
+    finally:
+        for recorder in (gaps, *recorders):
+            recorder.dispose()
+
+
 @pytest.mark.postgres
 async def test_a_gap_re_select_never_holds_more_than_a_few_batches(
     pg_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch
@@ -45,10 +75,7 @@ async def test_a_gap_re_select_never_holds_more_than_a_few_batches(
     """Regression: at 289252f the re-select kept every batch until its end (all 20 here alive
     at once, each record then old enough for the collector's oldest generation); streamed, a
     batch is gone once the subscriptions have compared it."""
-    monkeypatch.setattr(postgres, "_FETCH_BATCH", 10)
-    async with started(pg_dsn, prefix, reconnect_backoff=(0.2,)) as store:
-        nodes = [MeshNode(path=f"p/{i:03d}", node_type="Row", version=1) for i in range(199)]
-        await first_value(store.write_many(nodes), timeout=30)
+    async with _store_of_199_rows(pg_dsn, prefix, monkeypatch) as store:
         select = store._select_batches
         counting = False
 
@@ -59,11 +86,7 @@ async def test_a_gap_re_select_never_holds_more_than_a_few_batches(
             await select(query, tracked)
 
         monkeypatch.setattr(store, "_select_batches", counted)
-        gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
-        recorders = [Recorder(store.query(QUERY)) for _ in range(2)]
-        try:
-            for frames in recorders:
-                assert len((await frames.next()).nodes) == 199
+        async with _subscribed(store, 199) as (gaps, recorders):
             counting = True
             await _gap(store, pg_dsn, gaps, "p/missed")
             for frames in recorders:  # both subscriptions saw the whole re-select
@@ -73,9 +96,6 @@ async def test_a_gap_re_select_never_holds_more_than_a_few_batches(
             assert _Batch.most >= 1  # the control: the batches were counted
             assert _Batch.most <= 3, f"{_Batch.most} of 20 batches alive at once"
             assert _Batch.alive == 0
-        finally:
-            for recorder in (gaps, *recorders):
-                recorder.dispose()
 
 
 @pytest.mark.postgres
@@ -85,10 +105,7 @@ async def test_a_subscription_leaving_mid_re_select_cancels_it_and_the_pool_stay
     """The only subscription of a re-select leaves after its third batch: the read is
     cancelled on the server connection it holds (a cursor in a transaction, the next batch in
     flight), and every pooled connection is usable afterwards."""
-    monkeypatch.setattr(postgres, "_FETCH_BATCH", 10)
-    async with started(pg_dsn, prefix, reconnect_backoff=(0.2,), max_size=1) as store:
-        nodes = [MeshNode(path=f"p/{i:03d}", node_type="Row", version=1) for i in range(199)]
-        await first_value(store.write_many(nodes), timeout=30)
+    async with _store_of_199_rows(pg_dsn, prefix, monkeypatch, max_size=1) as store:
         select = store._reselect_rows
         batches = 0
         ended: list[BaseException | None] = []
@@ -137,10 +154,7 @@ async def test_a_re_select_whose_connection_is_killed_fails_every_subscription_a
     standing watch re-opens after, rxmesh.faults), none sees a partial Delta, and the store
     serves the next query on a fresh connection. The control: the same subscriptions, reading
     a re-select nobody kills, get their Delta."""
-    monkeypatch.setattr(postgres, "_FETCH_BATCH", 10)
-    async with started(pg_dsn, prefix, reconnect_backoff=(0.2,)) as store:
-        nodes = [MeshNode(path=f"p/{i:03d}", node_type="Row", version=1) for i in range(199)]
-        await first_value(store.write_many(nodes), timeout=30)
+    async with _store_of_199_rows(pg_dsn, prefix, monkeypatch) as store:
         select = store._reselect_rows
         kill = True
 
@@ -166,11 +180,7 @@ async def test_a_re_select_whose_connection_is_killed_fails_every_subscription_a
             await select(query, counted)
 
         monkeypatch.setattr(store, "_reselect_rows", killed)
-        gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
-        recorders = [Recorder(store.query(QUERY)) for _ in range(2)]
-        try:
-            for frames in recorders:
-                assert len((await frames.next()).nodes) == 199
+        async with _subscribed(store, 199) as (gaps, recorders):
             await _gap(store, pg_dsn, gaps, "p/missed")
             errors = []
             for frames in recorders:
@@ -188,9 +198,6 @@ async def test_a_re_select_whose_connection_is_killed_fails_every_subscription_a
                 assert [node.path for node in delta.nodes] == ["p/missed2"]
             finally:
                 again.dispose()
-        finally:
-            for recorder in (gaps, *recorders):
-                recorder.dispose()
 
 
 # ---------------------------------------------------------------- the shared read, in isolation
