@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from rxmesh.model import MeshNode
 
-__all__ = ["PathOrdered", "is_path_ordered", "path_ordered"]
+__all__ = ["PathOrdered", "is_path_ordered", "path_ordered", "strictly_ascending"]
 
 
 class PathOrdered(tuple[MeshNode, ...]):
@@ -39,10 +39,14 @@ class PathOrdered(tuple[MeshNode, ...]):
         return (tuple, (tuple(self),))
 
 
-def _strictly_ordered(nodes: Sequence[MeshNode]) -> bool:
-    # the paths compared pairwise by C-level map (4 against 6 ms at 50k nodes, measured)
-    paths = [node.path for node in nodes]
+def strictly_ascending(paths: Sequence[str]) -> bool:
+    """Whether ``paths`` are strictly ascending (compared pairwise by C-level ``map``: 4 against
+    6 ms at 50k, measured against a generator of pairs)."""
     return all(map(operator.lt, paths, itertools.islice(paths, 1, None)))
+
+
+def _strictly_ordered(nodes: Sequence[MeshNode]) -> bool:
+    return strictly_ascending([node.path for node in nodes])
 
 
 def path_ordered(nodes: Sequence[MeshNode]) -> PathOrdered | None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import operator
 import re
 import secrets
 import time
@@ -32,7 +31,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from itertools import islice, repeat
+from itertools import repeat
 from types import TracebackType
 from typing import Any, Literal, NoReturn, TypeVar
 from urllib.parse import urlparse
@@ -46,7 +45,7 @@ from reactivex.disposable import CompositeDisposable
 from reactivex.subject import Subject
 
 from rxmesh._collector import collector_paused
-from rxmesh._path_order import PathOrdered, path_ordered
+from rxmesh._path_order import PathOrdered, path_ordered, strictly_ascending
 from rxmesh._trusted import (
     fields_of,
     set_dict,
@@ -257,7 +256,7 @@ def _stamps_of(texts: Iterable[str | None]) -> list[datetime | None]:
             if text is None
             else stamp
             if (stamp := _parse_iso(text)).tzinfo is UTC
-            else stamp.astimezone(UTC)
+            else _stamp_of(text)  # another offset (converted), or none at all (refused)
             for text in texts
         ]
     except ValueError:
@@ -273,7 +272,10 @@ def _stamp_of(text: str | None) -> datetime | None:
     if text in _INFINITE:
         return _INFINITE[text]
     try:
-        return _parse_iso(text).astimezone(UTC)
+        stamp = _parse_iso(text)
+        if stamp.tzinfo is None:  # never what a timestamptz renders: no time to guess it in
+            raise ValueError("no UTC offset")
+        return stamp.astimezone(UTC)
     except ValueError as exc:
         raise ValueError(f"created_at {text!r} is not a time this process can hold") from exc
 
@@ -361,11 +363,11 @@ def _exhaust(calls: Iterable[object]) -> None:
 
 
 def _paths_ascend(rows: Sequence[asyncpg.Record], after: str | None) -> bool:
-    """Whether the rows' paths are strictly ascending, and above ``after`` (C-level compares)."""
+    """Whether the rows' paths are strictly ascending, and above ``after``."""
     paths = [row[0] for row in rows]
     if after is not None and paths and not after < paths[0]:
         return False
-    return all(map(operator.lt, paths, islice(paths, 1, None)))
+    return strictly_ascending(paths)
 
 
 async def _read_ahead(

@@ -109,6 +109,7 @@ async def test_a_subscription_leaving_mid_re_select_cancels_it_and_the_pool_stay
         select = store._reselect_rows
         batches = 0
         ended: list[BaseException | None] = []
+        read_ended = asyncio.Event()
         gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
         frames: Recorder[QueryFrame] = Recorder(store.query(QUERY))
 
@@ -125,15 +126,17 @@ async def test_a_subscription_leaving_mid_re_select_cancels_it_and_the_pool_stay
             except BaseException as error:
                 ended.append(error)
                 raise
-            ended.append(None)
+            else:
+                ended.append(None)
+            finally:
+                read_ended.set()
 
         try:
             assert len((await frames.next()).nodes) == 199
             monkeypatch.setattr(store, "_reselect_rows", leaving)
             await _gap(store, pg_dsn, gaps, "p/missed")
             async with asyncio.timeout(WAIT):
-                while not ended:  # noqa: ASYNC110 - the read's own end, bounded
-                    await asyncio.sleep(0.005)
+                await read_ended.wait()
             assert isinstance(ended[0], asyncio.CancelledError)
             assert batches < 20  # cancelled, not read to its end
             # The pool's one connection is clean: a read and a whole query run on it.

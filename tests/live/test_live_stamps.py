@@ -43,7 +43,11 @@ def test_infinite_stamps_are_what_asyncpg_makes_of_them_and_the_rest_still_parse
     assert stamps == [datetime.max, datetime(2026, 1, 1, tzinfo=UTC), datetime.min, None]
 
 
-@pytest.mark.parametrize("text", ["0044-03-15 00:00:00+00 BC", "12345-01-01 00:00:00+00", "soon"])
+@pytest.mark.parametrize(
+    "text",
+    ["0044-03-15 00:00:00+00 BC", "12345-01-01 00:00:00+00", "soon", "2026-01-01 00:00:00"],
+    ids=["bc", "year-12345", "not-a-time", "no-offset"],
+)
 def test_a_stamp_python_cannot_hold_is_refused_by_name(text: str) -> None:
     with pytest.raises(ValueError, match="is not a time this process can hold") as raised:
         postgres._stamps_of(["2026-01-01 00:00:00+00", text])
