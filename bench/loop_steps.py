@@ -17,6 +17,15 @@ and one without it:
   pool behind the same refusing proxy, each caller acquiring with the same ladder of delays and
   giving up after it), no mesh, no journal. What its passes show is what the driver and the
   interpreter cost 1,000 waiting callers without rxmesh.
+- ``asyncio_waiters``: the floor under both: the same number of plain asyncio tasks, arriving the
+  same way, each waiting out the ladder's delays under an ``asyncio.timeout`` (as a caller's
+  ``first_value`` does), no driver, no mesh, no journal: what the interpreter and asyncio's debug
+  mode cost 1,000 waiting callers of anything.
+
+A first row, ``full_pass_floor``, is what one full collection costs in this process before any
+scenario: the objects the collector tracks once rxmesh, asyncpg, pydantic and reactivex are
+imported, and the median time of five full passes over them. Every full pass a scenario
+triggers walks at least those.
 
 Each runs three times: in asyncio's debug mode (``slow_callback_duration = 0.02``: every longer
 step is reported, with what it was), the same with the cyclic GC off for the measured work (the
@@ -35,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import json
 import os
@@ -64,17 +74,49 @@ ALICE = AccessContext(user="bench")
 ANSWER_TIMEOUT = 120.0
 
 
+async def _arriving(callers: list[Callable[[], Awaitable[Any]]]) -> list[Any]:
+    """Run each caller as a task, 10 arriving per loop turn; every answer, in the order they came.
+
+    No caller's task outlives its answer: each is let go in its own done callback, not all at
+    once after the last (a list of 1,000 finished tasks freed in one step would be a long step
+    of the harness's own, in debug mode where each carries its creation's stack)."""
+    answers: list[Any] = []
+    running: set[asyncio.Task[Any]] = set()
+    every = asyncio.get_running_loop().create_future()
+
+    def done(task: asyncio.Task[Any]) -> None:
+        running.discard(task)
+        if every.done():
+            return
+        if task.cancelled():
+            every.set_exception(asyncio.CancelledError())
+            return
+        if (failure := task.exception()) is not None:
+            every.set_exception(failure)
+            return
+        answers.append(task.result())
+        if len(answers) == len(callers):
+            every.set_result(None)
+
+    for start in range(0, len(callers), 10):
+        for caller in callers[start : start + 10]:
+            task = asyncio.create_task(caller())
+            running.add(task)
+            task.add_done_callback(done)
+        await asyncio.sleep(0)
+    if callers:
+        await every
+    return answers
+
+
 async def _concurrently(mesh: Mesh, paths: list[str]) -> list[Any]:
     """``create_node`` of each path, the callers arriving 10 per loop turn; every answer."""
-    tasks: list[asyncio.Task[Any]] = []
-    for start in range(0, len(paths), 10):
-        for path in paths[start : start + 10]:
-            request = CreateNodeRequest(node=MeshNode(path=path, content={"p": path}), access=ALICE)
-            tasks.append(
-                asyncio.create_task(first_value(mesh.create_node(request), timeout=ANSWER_TIMEOUT))
-            )
-        await asyncio.sleep(0)
-    return list(await asyncio.gather(*tasks))
+
+    async def create(path: str) -> Any:
+        request = CreateNodeRequest(node=MeshNode(path=path, content={"p": path}), access=ALICE)
+        return await first_value(mesh.create_node(request), timeout=ANSWER_TIMEOUT)
+
+    return await _arriving([functools.partial(create, path) for path in paths])
 
 
 class _FullPasses:
@@ -140,12 +182,8 @@ async def _raw_pass(
             answers: list[str] = []
 
             async def work() -> None:
-                tasks: list[asyncio.Task[str]] = []
-                for start in range(0, creates, 10):  # callers arriving 10 per loop turn
-                    for _ in range(min(10, creates - start)):
-                        tasks.append(asyncio.create_task(_raw_caller(pool, delays)))
-                    await asyncio.sleep(0)
-                answers.extend(await asyncio.gather(*tasks))
+                callers = [lambda: _raw_caller(pool, delays)] * creates
+                answers.extend(await _arriving(callers))
 
             watched = await _measured(work, debug=debug, collect=collect)
             watched["answers"] = {a: answers.count(a) for a in sorted(set(answers))}
@@ -153,6 +191,48 @@ async def _raw_pass(
         finally:
             await proxy.restore()
             pool.terminate()
+
+
+async def _waiter(delays: tuple[float, ...]) -> str:
+    """One caller of ``asyncio_waiters``: the ladder's delays waited out under a timeout."""
+    async with asyncio.timeout(ANSWER_TIMEOUT):
+        for delay in delays:
+            await asyncio.sleep(delay)
+    return "waited"
+
+
+async def _bare_pass(
+    creates: int, *, debug: bool, collect: bool, retry_delays: tuple[float, ...] | None
+) -> dict[str, Any]:
+    """``asyncio_waiters``: ``creates`` plain tasks waiting out the ladder, nothing else."""
+    delays = tuple(DEFAULT_RETRY_DELAYS if retry_delays is None else retry_delays)
+    answers: list[str] = []
+
+    async def work() -> None:
+        answers.extend(await _arriving([lambda: _waiter(delays)] * creates))
+
+    watched = await _measured(work, debug=debug, collect=collect)
+    watched["answers"] = {a: answers.count(a) for a in sorted(set(answers))}
+    return watched
+
+
+def full_pass_floor(rounds: int = 5) -> dict[str, Any]:
+    """The objects the cyclic GC tracks in this process now, and the median of ``rounds`` full
+    collections over them: the least any full pass in a scenario costs."""
+    gc.collect()
+    durations = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        gc.collect()
+        durations.append(time.perf_counter() - started)
+    durations.sort()
+    return {
+        "bench": "loop_steps",
+        "measure": "full_pass_floor",
+        "tracked_objects": len(gc.get_objects()),
+        "full_pass_ms": round(durations[len(durations) // 2] * 1000, 1),
+        "target_ms": TARGET_STEP_S * 1000,
+    }
 
 
 async def _measured(
@@ -264,10 +344,12 @@ def _tally(answers: list[Any]) -> dict[str, int]:
 def measure(
     dsn: str, creates: int, bulk: int, retry_delays: tuple[float, ...] | None = None
 ) -> list[dict[str, Any]]:
-    """One row per scenario: the debug-mode steps over 20 ms (with the cyclic GC on, and off),
-    and the monitor's worst step. ``retry_delays``: the mesh's ladder (``None``: its default)."""
-    rows: list[dict[str, Any]] = []
-    for scenario in ("healthy", "unavailable", "raw_unavailable", "bulk_unavailable"):
+    """The full-pass floor, then one row per scenario: the debug-mode steps over 20 ms (with the
+    cyclic GC on, and off), and the monitor's worst step. ``retry_delays``: the mesh's ladder
+    (``None``: its default), which the baselines' callers wait out too."""
+    rows: list[dict[str, Any]] = [full_pass_floor()]
+    baselines = ("raw_unavailable", "asyncio_waiters")
+    for scenario in ("healthy", "unavailable", *baselines, "bulk_unavailable"):
         passes: dict[str, Any] = {}
         for name, debug, collect in (
             ("debug", True, True),
@@ -279,6 +361,11 @@ def measure(
                     _raw_pass(
                         dsn, creates, debug=debug, collect=collect, retry_delays=retry_delays
                     )
+                )
+                continue
+            if scenario == "asyncio_waiters":
+                passes[name] = asyncio.run(
+                    _bare_pass(creates, debug=debug, collect=collect, retry_delays=retry_delays)
                 )
                 continue
             with tempfile.TemporaryDirectory(prefix="rxmesh-loop-steps-") as scratch:
@@ -294,7 +381,7 @@ def measure(
                         retry_delays=retry_delays,
                     )
                 )
-        if scenario == "raw_unavailable":  # a baseline: no target of its own
+        if scenario in baselines:  # a baseline: no target of its own
             rows.append(
                 {
                     "bench": "loop_steps",

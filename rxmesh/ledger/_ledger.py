@@ -250,7 +250,7 @@ class PendingWriteLedger(LedgerCore):
         """Record every intent of a bulk in ONE durable step; one result per intent, in order.
 
         Each intent is decided as :meth:`record_durably` decides it, in order, before anything
-        is written; every admitted one is encoded as it is decided (500 a loop step; the writer
+        is written; every admitted one is encoded as it is decided (250 a loop step; the writer
         thread only writes) and appended to the log in the same group, with one ``fdatasync``.
 
         Returns:

@@ -28,17 +28,21 @@ def _load() -> ModuleType:
 
 
 def test_the_loop_steps_bench_runs_every_scenario_and_answers_every_request(pg_dsn: str) -> None:
-    rows = _load().measure(pg_dsn, creates=20, bulk=50, retry_delays=(0.01, 0.02))
+    floor, *rows = _load().measure(pg_dsn, creates=20, bulk=50, retry_delays=(0.01, 0.02))
+    assert floor["measure"] == "full_pass_floor" and "scenario" not in floor
+    assert floor["tracked_objects"] > 0 and floor["full_pass_ms"] >= 0.0
     assert [row["scenario"] for row in rows] == [
         "healthy",
         "unavailable",
         "raw_unavailable",
+        "asyncio_waiters",
         "bulk_unavailable",
     ]
     expected = [
         {"created": 20},
         {"UNAVAILABLE recorded": 20},
         {"ConnectionRefusedError": 20},  # the raw callers: refused through the whole ladder
+        {"waited": 20},  # plain tasks: each waited out the ladder
         {"UNAVAILABLE recorded 50": 1},
     ]
     for row, answers in zip(rows, expected, strict=True):
@@ -47,7 +51,7 @@ def test_the_loop_steps_bench_runs_every_scenario_and_answers_every_request(pg_d
             assert isinstance(row[name]["gc_full_passes"], int), row[name]
         assert "steps_over_20ms" in row["debug"] and "worst_step_ms" in row["monitor"]
         assert row["debug_gc_off"]["gc_full_passes"] == 0  # the GC was off: no pass counted
-        if row["scenario"] == "raw_unavailable":
+        if row["scenario"] in ("raw_unavailable", "asyncio_waiters"):
             assert row["baseline_for"] == "unavailable" and "meets_target" not in row
         else:
             assert isinstance(row["rxmesh_steps_meet_target"], bool)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +177,67 @@ async def test_a_bulk_builds_and_admits_its_intents_with_the_collector_held_off(
     assert len(answer.recorded_for_reissue) == 2000
     assert seen == {"intent": {False}, "admit": {False}, "between": {True}}
     assert gc.isenabled()
+
+
+async def _calls_after_the_durable_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Python-level calls made in the loop step in which a 10,000-node bulk's journal results
+    come back (from there the answer is built in that one step), with the answer checked."""
+    mesh, store = make_mesh(ledger=PendingWriteLedger(journal_dir=tmp_path / "journal"))
+    await mesh.create(MeshNode(path="s/warm", content={}), access=ALICE)
+    store.refuse_writes_as_unreachable()
+    calls = [0]
+    counting = [False]
+
+    def profile(_frame: Any, event: str, _arg: Any) -> None:
+        if event == "call" and counting[0]:
+            calls[0] += 1
+
+    def stop() -> None:
+        counting[0] = False
+        sys.setprofile(None)
+
+    original = PendingWriteLedger.record_many_durably
+
+    async def durably(self: PendingWriteLedger, intents: Any) -> Any:
+        results = await original(self, intents)
+        asyncio.get_running_loop().call_soon(stop)  # the end of this step
+        counting[0] = True
+        sys.setprofile(profile)
+        return results
+
+    monkeypatch.setattr(PendingWriteLedger, "record_many_durably", durably)
+    try:
+        answer = await first_value(mesh.create_nodes(_bulk(10_000)), timeout=60)
+    finally:
+        stop()
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE
+    assert len(answer.recorded_for_reissue) == 10_000 and answer.not_recorded == ()
+    return calls[0]
+
+
+async def test_a_bulk_answered_unavailable_reads_its_journal_results_back_in_no_call_a_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fails against 08c1361: once the journal's durable step returned, the step that turns its
+    10,000 results into the answer made a ``Recorded`` per node (10,000 calls; 25 ms of the loop
+    in bench/loop_steps.py's ``bulk_unavailable``). Now every recorded node shares one."""
+    assert await _calls_after_the_durable_step(tmp_path, monkeypatch) < 1_000
+
+
+async def test_the_call_count_sees_a_call_made_per_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Negative control of the measure: a ``Recorded`` made per node again is counted."""
+    monkeypatch.setattr(_pending, "_RECORDED", _MadePerUse())
+    assert await _calls_after_the_durable_step(tmp_path, monkeypatch) >= 10_000
+
+
+class _MadePerUse:
+    """Stands for ``_RECORDED``: each read of it (one per node) makes one more call."""
+
+    @property
+    def recorded(self) -> bool:
+        return True
+
+    note = ""
+    why_not = ""
