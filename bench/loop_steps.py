@@ -11,8 +11,10 @@ schema prefix on the server at ``--dsn``) with a pending-write journal in a temp
 - ``bulk_unavailable``: one ``create_nodes`` of ``--bulk`` (10,000) nodes in the same outage,
   answered UNAVAILABLE with every node journaled;
 
-and one without it:
+and three without it:
 
+- ``raw_healthy``: the baseline of ``healthy``: the same callers each INSERTing one row through a
+  raw asyncpg pool of the same size behind the same (open) proxy, no mesh;
 - ``raw_unavailable``: the baseline of ``unavailable``: the same callers through raw asyncpg (a
   pool behind the same refusing proxy, each caller acquiring with the same ladder of delays and
   giving up after it), no mesh, no journal. What its passes show is what the driver and the
@@ -35,7 +37,10 @@ also counts time the loop thread waited for the GIL, e.g. while the journal's wr
 encodes). Every pass also reports the cyclic GC's full collections during the work
 (``gc_full_passes``, ``longest_full_pass_ms``): the steps over 20 ms that remain are those.
 The 1,000 tasks are created 10 per loop turn (callers arriving), so the bench's own task
-creation is not one long step. One JSON line per scenario.
+creation is not one long step, and each is let go once it has answered. Every measured window
+starts from a collected heap (``gc.collect()`` just before it), so a pass the setup had made due
+is not counted in the scenario. One JSON line per scenario; a baseline's row names the scenario
+it is the ``baseline_for`` and has no target of its own.
 
     python bench/loop_steps.py [--dsn DSN] [--creates 1000] [--bulk 10000]
 """
@@ -193,6 +198,44 @@ async def _raw_pass(
             pool.terminate()
 
 
+async def _raw_healthy_pass(
+    dsn: str, creates: int, *, debug: bool, collect: bool
+) -> dict[str, Any]:
+    """``raw_healthy``: ``creates`` callers each INSERTing one row through a raw asyncpg pool of
+    the same size behind the same proxy (a table of its own, dropped after), no mesh."""
+    target = urlparse(dsn)
+    table = f"rxls_raw_{uuid.uuid4().hex[:8]}"
+    async with FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
+        pool = await asyncpg.create_pool(proxy.dsn(dsn), min_size=0, max_size=10, timeout=1.0)
+        try:
+            await pool.execute(f"CREATE TABLE {table} (path text PRIMARY KEY, content jsonb)")
+            tag = uuid.uuid4().hex[:6]
+
+            async def insert(path: str) -> str:
+                async with asyncio.timeout(ANSWER_TIMEOUT), pool.acquire() as conn:
+                    await conn.execute(
+                        f"INSERT INTO {table} (path, content) VALUES ($1, $2::jsonb)",
+                        path,
+                        json.dumps({"p": path}),
+                    )
+                return "created"
+
+            answers: list[str] = []
+
+            async def work() -> None:
+                paths = [f"s/{tag}{i:05d}" for i in range(creates)]
+                answers.extend(await _arriving([functools.partial(insert, p) for p in paths]))
+
+            watched = await _measured(work, debug=debug, collect=collect)
+            watched["answers"] = {a: answers.count(a) for a in sorted(set(answers))}
+            return watched
+        finally:
+            try:
+                await pool.execute(f"DROP TABLE IF EXISTS {table}")
+            finally:
+                await pool.close()
+
+
 async def _waiter(delays: tuple[float, ...]) -> str:
     """One caller of ``asyncio_waiters``: the ladder's delays waited out under a timeout."""
     async with asyncio.timeout(ANSWER_TIMEOUT):
@@ -238,12 +281,16 @@ def full_pass_floor(rounds: int = 5) -> dict[str, Any]:
 async def _measured(
     work: Callable[[], Awaitable[None]], *, debug: bool, collect: bool
 ) -> dict[str, Any]:
-    """``_watched(work)`` with the full GC passes counted; ``collect=False``: the GC off."""
+    """``_watched(work)`` with the full GC passes counted; ``collect=False``: the GC off.
+
+    The window starts from a collected heap either way: the setup's own objects (a store
+    started, its schema made, a warm create) leave the collector's counts close to a full pass
+    that is not the scenario's, and that pass would land in the scenario's first steps."""
+    gc.collect()
     if collect:
         with _FullPasses() as passes:
             watched = await _watched(work, debug=debug)
     else:  # the steps the code itself takes, no cyclic-GC pass inside any of them
-        gc.collect()
         gc.disable()
         try:
             with _FullPasses() as passes:
@@ -348,8 +395,13 @@ def measure(
     cyclic GC on, and off), and the monitor's worst step. ``retry_delays``: the mesh's ladder
     (``None``: its default), which the baselines' callers wait out too."""
     rows: list[dict[str, Any]] = [full_pass_floor()]
-    baselines = ("raw_unavailable", "asyncio_waiters")
-    for scenario in ("healthy", "unavailable", *baselines, "bulk_unavailable"):
+    baselines = {
+        "raw_healthy": "healthy",
+        "raw_unavailable": "unavailable",
+        "asyncio_waiters": "unavailable",
+    }
+    for scenario in ("healthy", "raw_healthy", "unavailable", "raw_unavailable",
+                     "asyncio_waiters", "bulk_unavailable"):  # fmt: skip
         passes: dict[str, Any] = {}
         for name, debug, collect in (
             ("debug", True, True),
@@ -361,6 +413,11 @@ def measure(
                     _raw_pass(
                         dsn, creates, debug=debug, collect=collect, retry_delays=retry_delays
                     )
+                )
+                continue
+            if scenario == "raw_healthy":
+                passes[name] = asyncio.run(
+                    _raw_healthy_pass(dsn, creates, debug=debug, collect=collect)
                 )
                 continue
             if scenario == "asyncio_waiters":
@@ -386,7 +443,7 @@ def measure(
                 {
                     "bench": "loop_steps",
                     "scenario": scenario,
-                    "baseline_for": "unavailable",
+                    "baseline_for": baselines[scenario],
                     "creates": creates,
                     **passes,
                     "target_ms": TARGET_STEP_S * 1000,

@@ -33,6 +33,7 @@ def test_the_loop_steps_bench_runs_every_scenario_and_answers_every_request(pg_d
     assert floor["tracked_objects"] > 0 and floor["full_pass_ms"] >= 0.0
     assert [row["scenario"] for row in rows] == [
         "healthy",
+        "raw_healthy",
         "unavailable",
         "raw_unavailable",
         "asyncio_waiters",
@@ -40,6 +41,7 @@ def test_the_loop_steps_bench_runs_every_scenario_and_answers_every_request(pg_d
     ]
     expected = [
         {"created": 20},
+        {"created": 20},  # the raw callers: one INSERT each
         {"UNAVAILABLE recorded": 20},
         {"ConnectionRefusedError": 20},  # the raw callers: refused through the whole ladder
         {"waited": 20},  # plain tasks: each waited out the ladder
@@ -51,8 +53,10 @@ def test_the_loop_steps_bench_runs_every_scenario_and_answers_every_request(pg_d
             assert isinstance(row[name]["gc_full_passes"], int), row[name]
         assert "steps_over_20ms" in row["debug"] and "worst_step_ms" in row["monitor"]
         assert row["debug_gc_off"]["gc_full_passes"] == 0  # the GC was off: no pass counted
-        if row["scenario"] in ("raw_unavailable", "asyncio_waiters"):
-            assert row["baseline_for"] == "unavailable" and "meets_target" not in row
+        if row["scenario"] in ("raw_healthy", "raw_unavailable", "asyncio_waiters"):
+            assert "meets_target" not in row
+            baseline_for = "healthy" if row["scenario"] == "raw_healthy" else "unavailable"
+            assert row["baseline_for"] == baseline_for
         else:
             assert isinstance(row["rxmesh_steps_meet_target"], bool)
             shared = row["monitor"]["shared_connect_failures"]
