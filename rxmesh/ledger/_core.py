@@ -36,8 +36,7 @@ _Key = tuple[str, str]  # (path, request_id)
 _NOTHING = object()  # "already recorded or being re-issued": nothing to write
 _APPLY_CHUNK = 256  # reservations applied per lock hold (a 10,000-node bulk must not hog it)
 _ADMIT_CHUNK = 250
-"""A bulk's intents decided AND encoded per loop step (2.5-5 ms on a 2-vCPU VM: 10-20 us each;
-500 a step took 9-11 ms there on a slow day, half the 20 ms budget). Encoded here, on the loop,
+"""A bulk's intents decided AND encoded per loop step (10-20 us each). Encoded here, on the loop,
 not by the writer thread: a thread computing beside the loop stretches every loop step that does
 I/O (each hand-back of the GIL waits up to the 5 ms switch interval), and a 10,000-node bulk's
 encoding made the change feed listener's steps 21-38 ms in 3 of 6 runs (0 of 10 encoded here)."""
