@@ -31,11 +31,12 @@ T = TypeVar("T")
 class SharedAttempts:
     """One attempt at a time while the last one found the store unreachable (see the module)."""
 
-    __slots__ = ("_down", "_running", "shared")
+    __slots__ = ("_down", "_waiting", "shared")
 
     def __init__(self) -> None:
         self._down = False
-        self._running: asyncio.Future[BaseException | None] | None = None
+        self._waiting: list[asyncio.Future[BaseException | None]] | None = None
+        """While an attempt is in flight, the futures of the operations waiting for it."""
         self.shared = 0
         """Operations answered by another's failed attempt instead of making their own."""
 
@@ -66,10 +67,17 @@ class SharedAttempts:
                     if unreachable(error):
                         self._down = True
                     raise
-            running = self._running
-            if running is None:
+            waiting = self._waiting
+            if waiting is None:
                 return await self._lead(attempt, unreachable)
-            failure = await asyncio.shield(running)
+            # A future of its own, not a shield over the attempt's: cancelling this caller
+            # cancels only its wait, and a waiting operation holds one object, not a shield's
+            # future, two callbacks and their contexts (1,000 operations wait in an outage).
+            waiter: asyncio.Future[BaseException | None] = (
+                asyncio.get_running_loop().create_future()
+            )
+            waiting.append(waiter)
+            failure = await waiter
             if failure is not None:
                 self.shared += 1
                 try:
@@ -81,8 +89,8 @@ class SharedAttempts:
     async def _lead(
         self, attempt: Callable[[], Awaitable[T]], unreachable: Callable[[BaseException], bool]
     ) -> T:
-        running: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-        self._running = running
+        waiting: list[asyncio.Future[BaseException | None]] = []
+        self._waiting = waiting
         failure: BaseException | None = None
         try:
             result = await attempt()
@@ -98,8 +106,10 @@ class SharedAttempts:
             self._down = False
             return result
         finally:
-            self._running = None
-            running.set_result(failure)
-            # The failure holds this frame in its traceback, and the future holds the failure:
+            self._waiting = None
+            for waiter in waiting:
+                if not waiter.done():  # a cancelled caller's wait is over already
+                    waiter.set_result(failure)
+            # The failure holds this frame in its traceback, and the futures hold the failure:
             # this frame holds neither once they are handed on (no reference cycle).
-            failure = running = None  # type: ignore[assignment]
+            failure = waiter = waiting = None  # type: ignore[assignment]
