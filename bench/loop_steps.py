@@ -91,12 +91,12 @@ async def _arriving(callers: list[Callable[[], Awaitable[Any]]]) -> list[Any]:
 
     def done(task: asyncio.Task[Any]) -> None:
         running.discard(task)
+        # Retrieved whatever happens next: a caller failing after the first failure is not
+        # reported as "never retrieved" (the first one is what the bench raises).
+        failure = asyncio.CancelledError() if task.cancelled() else task.exception()
         if every.done():
             return
-        if task.cancelled():
-            every.set_exception(asyncio.CancelledError())
-            return
-        if (failure := task.exception()) is not None:
+        if failure is not None:
             every.set_exception(failure)
             return
         answers.append(task.result())
