@@ -1182,6 +1182,12 @@ class PostgresStore:
                 if in_recovery
                 else "refuses writes (a standby, or default_transaction_read_only is on)"
             )
+            # Never pooled again: a connection that reached a standby stays on it (the pool's
+            # idle recycling does not replace it), so every later write through it would meet
+            # the same refusal after the address leads back to the primary. The next acquire
+            # connects anew, through the address as it leads now.
+            if connection is not None and not _is_closed(connection):
+                connection.terminate()
             raise StoreError(
                 f"{where} could not take the write while {operation}: the server it reached "
                 f"{server}; nothing ran. Writes need the primary: point the DSN at it, or list "

@@ -207,3 +207,77 @@ async def test_a_write_that_reaches_a_standby_in_a_failover_is_unavailable_then_
     paths = [r["path"] for r in rows]
     assert paths.count("fo/during") == 1
     assert "fo/seed" in paths
+
+
+async def _replayed(standby: TemporaryPostgresCluster, schema: str) -> None:
+    """Wait (bounded) until the standby replayed the creation of ``schema``."""
+    replica = await asyncpg.connect(standby.dsn, timeout=5)
+    try:
+        async with asyncio.timeout(WAIT):
+            while not await replica.fetchval(  # noqa: ASYNC110 - replication's pace
+                "SELECT count(*) FROM pg_tables WHERE schemaname = $1", schema
+            ):
+                await asyncio.sleep(0.02)
+    finally:
+        await replica.close()
+
+
+async def test_the_pool_leaves_a_standby_when_the_address_leads_back_to_the_primary(
+    primary: TemporaryPostgresCluster, standby: TemporaryPostgresCluster, tmp_path: Path
+) -> None:
+    """The address (a proxy standing in for a VIP or a DNS name) moves to the standby and BACK,
+    without the standby's connections being reset (a VIP that moves back leaves them open).
+    While it leads to the standby, creates answer UNAVAILABLE and are recorded. Once it leads
+    to the primary again, the connections that answered 25006 are gone (closed, not pooled),
+    so the next create lands, the feed's probe gets through the pool, the gap is declared and
+    every recorded intent LANDS, within a few seconds.
+
+    Fails at 1d389e8 because a connection that answered 25006 went back to the pool: every
+    later write and every probe took it again and met the standby (for minutes), nothing was
+    declared, and the intents stayed pending. The negative control is the first half: while
+    the address leads to the standby, nothing is re-issued and the creates are UNAVAILABLE."""
+    async with FaultProxy("127.0.0.1", primary.port) as proxy:
+        store = PostgresStore(proxy.dsn(primary.dsn), pooled=False, max_size=3, **QUICK)
+        await store.start()
+        mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(tmp_path / "journal"))
+        schema = store.schema_of("back")
+        try:
+            await mesh.create(doc("back/seed"), access=ALICE)
+            await _replayed(standby, schema)
+            collected = Outcomes(mesh.ledger)
+
+            proxy.retarget("127.0.0.1", standby.port)
+            proxy.reset()  # the move drops what was open; new connections reach the standby
+            during = [f"back/during-{n}" for n in range(3)]
+            for path in during:
+                answer = await first_value(
+                    mesh.create_node(CreateNodeRequest(node=doc(path), access=ALICE)),
+                    timeout=WAIT,
+                )
+                assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
+                assert answer.recorded_for_reissue is True
+                assert answer.outcome_unknown is False
+            # Reads answer on a standby: they leave its connections in the pool.
+            await asyncio.gather(*(first_value(store.read("back/seed")) for _ in range(3)))
+            assert collected.got == []  # nothing re-issued while the address leads to a standby
+
+            proxy.retarget("127.0.0.1", primary.port)  # back, the standby's connections kept
+            outcomes = await collected.wait(len(during), timeout=10.0)
+            assert sorted((o.intent.path, o.verdict) for o in outcomes) == [
+                (path, Verdict.LANDED) for path in during
+            ]
+            after = await first_value(
+                mesh.create_node(CreateNodeRequest(node=doc("back/after"), access=ALICE)),
+                timeout=WAIT,
+            )
+            assert after.success, after
+        finally:
+            mesh.dispose()
+            await store.close()
+    conn = await asyncpg.connect(primary.dsn, timeout=5)
+    try:
+        rows = await conn.fetch(f'SELECT path FROM "{schema}".nodes ORDER BY path')
+    finally:
+        await conn.close()
+    docs = [r["path"] for r in rows if r["path"].startswith(("back/after", "back/d", "back/s"))]
+    assert docs == ["back/after", *during, "back/seed"]  # each once
