@@ -26,7 +26,11 @@ from loguru import logger
 from reactivex import Observable, abc
 
 from rxmesh.aio import _OneShot, _Subscribed
-from rxmesh.faults import describe_may_have_partially_landed, is_write_outcome_unknown
+from rxmesh.faults import (
+    describe_may_have_landed,
+    describe_may_have_partially_landed,
+    is_write_outcome_unknown,
+)
 from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.mesh._arms import Judgement, judge
 from rxmesh.mesh._core import MeshCore
@@ -117,7 +121,12 @@ class TerminalArm:
         verdict = self.judge(exc, facts)
         error = verdict.error
         if verdict.unreachable and facts.may_have_landed:
-            error = verdict.annotate(describe_may_have_partially_landed(facts.operation))
+            describe = (
+                describe_may_have_partially_landed
+                if facts.write_started  # windows: some may have committed, some not
+                else describe_may_have_landed  # one write: all of it or nothing
+            )
+            error = verdict.annotate(describe(facts.operation))
             if "outcome_unknown" in kind.model_fields:
                 fields["outcome_unknown"] = True
         if verdict.unreachable and record is not None:

@@ -62,7 +62,7 @@ from rxmesh.exceptions import (
     StorePoolExhaustedError,
     StoreVersionConflictError,
 )
-from rxmesh.faults import is_no_answer_in_time, is_transient_connect_fault
+from rxmesh.faults import exception_chain, is_no_answer_in_time, is_transient_connect_fault
 from rxmesh.model import (
     ChangeFeedGap,
     CommitAnnounced,
@@ -146,6 +146,12 @@ _WRITE_COLUMNS = (
 """The columns a write fills, in the order of a bulk window's records."""
 _MISSING_SCHEMA = (pgexc.UndefinedTableError, pgexc.InvalidSchemaNameError)
 _DRIVER_FAULTS = (OSError, pgexc.PostgresError, pgexc.InterfaceError, pgexc.InternalClientError)
+_POOLER_REFUSALS = (
+    "server login has been failing",  # PgBouncer: its own logins to the server keep failing
+    "query_wait_timeout",  # PgBouncer: the query waited for a server connection, none came
+)
+"""What a connection pooler says when it refuses a client before handing its statement to any
+server: the statement never reached PostgreSQL, so nothing was written."""
 _PREPARED_STATEMENT_LOST = (
     pgexc.InvalidSQLStatementNameError,  # 26000 prepared statement "..." does not exist
     pgexc.DuplicatePreparedStatementError,  # 42P05 prepared statement "..." already exists
@@ -401,6 +407,15 @@ async def _read_ahead(
                     error.add_note(f"the read of the next batch failed too: {ahead.exception()!r}")
             raise
         rows = await ahead if ahead is not None else []
+
+
+def _pooler_refusal(exc: BaseException) -> str | None:
+    """The pooler's own refusal in ``exc``'s chain (see :data:`_POOLER_REFUSALS`), or ``None``."""
+    for frame in exception_chain(exc):
+        text = str(frame)
+        if any(phrase in text for phrase in _POOLER_REFUSALS):
+            return text
+    return None
 
 
 def _marks_unreachable(error: BaseException) -> bool:
@@ -1213,6 +1228,21 @@ class PostgresStore:
                 "between server connections: pass pooled=True (or leave pooled=None to detect "
                 "it) so statements stay unnamed",
                 sqlstate="08000",
+                store=self._name,
+                transient=True,
+                may_have_run=False,
+            ) from exc
+        if isinstance(exc, pgexc.PostgresError | pgexc.InterfaceError) and (
+            refusal := _pooler_refusal(exc)
+        ):
+            # asyncpg reports it as the connection closing mid-call (08003), which would leave
+            # the outcome unknown; but the pooler said no server was reached.
+            if connection is not None and not _is_closed(connection):
+                connection.terminate()
+            raise StoreError(
+                f"{where} unreachable while {operation}: the connection pooler refused before "
+                f"any server was reached ({refusal}); nothing ran",
+                sqlstate="08001",
                 store=self._name,
                 transient=True,
                 may_have_run=False,

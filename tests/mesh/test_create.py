@@ -32,6 +32,7 @@ from rxmesh.exceptions import (
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.mesh import PartitionFacts
 from rxmesh.mesh._bootstrap import Partitions
+from rxmesh.operations import CreateNodesRequest
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
 from rxmesh.testing._fault_store import connect_timeout_error, unreachable_error
@@ -427,6 +428,36 @@ async def test_a_create_whose_write_may_have_committed_never_says_nothing_was_wr
     assert stored is not None
     assert stored.request_id == response.request_id  # it did land
     assert [p.path for p in mesh.ledger.pending()] == ["acme/b"]  # the re-issue will say LANDED
+
+
+async def test_a_single_create_that_may_have_landed_never_speaks_of_a_subset() -> None:
+    """One write is all or nothing: its answer says the write may be durable, not that "an
+    unknown subset of the request" may be. Fails at 1d389e8 because a single create whose
+    outcome was unknown got the bulk's wording. The negative control: a bulk whose windows had
+    started still says part of it may be durable."""
+    store = _CommitsThenVanishes()
+    mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(""))
+    await mesh.create(node("acme/seed"), access=ALICE)
+    single = await ask(mesh, CreateNodeRequest(node=node("acme/b"), access=ALICE))
+    assert single.rejection_reason is RejectionReason.UNAVAILABLE
+    assert single.outcome_unknown is True
+    text = single.error or ""
+    assert "subset" not in text
+    assert "partially" not in text
+    assert "The write may already be durable" in text
+    assert "Nothing was written" not in text
+
+    bulk_mesh, bulk_store = make_mesh()
+    await bulk_mesh.create(node("acme/one"), access=ALICE)
+    bulk_store.refuse_writes_as_unreachable()
+    bulk = await first_value(
+        bulk_mesh.create_nodes(
+            CreateNodesRequest(nodes=[node("acme/two"), node("acme/three")], access=ALICE)
+        ),
+        timeout=10,
+    )
+    assert bulk.rejection_reason is RejectionReason.UNAVAILABLE
+    assert "unknown subset of the request may already be durable" in (bulk.error or "")
 
 
 async def test_control_a_write_refused_at_connect_every_time_still_says_nothing_was_written() -> (
