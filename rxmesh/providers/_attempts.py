@@ -45,6 +45,11 @@ class SharedAttempts:
         """Whether the last attempt that decided it found the store unreachable."""
         return self._down
 
+    def reached(self) -> None:
+        """A connection taken outside these attempts (the change feed's probe) reached the
+        store: it is known reachable again."""
+        self._down = False
+
     async def attempt(
         self,
         attempt: Callable[[], Awaitable[T]],

@@ -899,6 +899,13 @@ class PostgresStore:
         self._probe_instance = secrets.token_hex(8)
         self._probe_seq = 0
         self._probe_waiters: dict[str, asyncio.Future[float]] = {}
+        self._pool_down: tuple[datetime, str] | None = None
+        """Since when, and why, a probe could not be sent through the pool (until one arrives)."""
+        self._held: tuple[datetime, str] | None = None
+        """Evidence held back while the pool did not answer: since when, and why."""
+        self._start_evidence: ChangeFeedGap | None = None
+        """The verified start, offered to every subscriber of ``answers_again`` while the store
+        still answers (see :attr:`answers_again`)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -977,6 +984,8 @@ class PostgresStore:
         if self._pool is not None:
             return
         self._closing = False
+        self._start_evidence = self._pool_down = self._held = None
+        began = _now()
         if self._pooled_option is None:
             self._pooled, self._pooler_evidence = await self._detect_pooler()
         try:
@@ -1009,6 +1018,16 @@ class PostgresStore:
         self._feed.loss = None
         self._spawn("dispatch", self._dispatch())
         self._spawn("listener", self._watch_feed())
+        # Whatever was recorded before this process started (a journal loaded from disk) has
+        # waited for exactly this: the pool answered and a probe sent through it arrived.
+        self._start_evidence = ChangeFeedGap(
+            source=self._name,
+            lost_at=began,
+            resumed_at=_now(),
+            reason="the store started: its pool answered and a probe sent through it arrived "
+            "on the LISTEN connection",
+        )
+        self._publish(self._answers, self._start_evidence, "answers_again")
 
     async def _detect_pooler(self) -> tuple[bool, str]:
         """Whether ``dsn`` reaches PostgreSQL through a connection pooler, and the evidence.
@@ -1091,6 +1110,7 @@ class PostgresStore:
         """
         self._closing = True
         self._feed.state = ChangeFeedState.CLOSED
+        self._start_evidence = self._pool_down = self._held = None
         tasks = list(self._tasks.items())
         self._tasks.clear()
         pool, self._pool = self._pool, None
@@ -2371,8 +2391,91 @@ class PostgresStore:
 
     @property
     def answers_again(self) -> Observable[StoreEvidence]:
-        """Gaps declared and commits announced (one per NOTIFY)."""
-        return self._answers.subject
+        """Evidence that the store answers: gaps declared, commits announced (one per NOTIFY),
+        and the verified start.
+
+        Evidence counts only when the write path answers: while the pool does not (a probe
+        could not be sent through it, or operations found the store unreachable through it)
+        nothing is published, even if the listener, on its own route, hears other processes'
+        commits; once a probe sent through the pool arrives again, ONE
+        :class:`~rxmesh.model.ChangeFeedGap` on this stream (not on :attr:`gaps`: the changes
+        themselves were delivered) says so, for what was held back and what was recorded
+        meanwhile.
+
+        The verified start (``start()`` connected, LISTENed, and a probe sent through the pool
+        arrived) is a ``ChangeFeedGap`` on this stream too: published at ``start()``, and
+        given at once to each later subscriber while the feed is listening and the pool
+        answers, so intents loaded from a journal are re-issued on this process's own evidence,
+        not on another process's next commit.
+        """
+
+        def subscribe(
+            observer: abc.ObserverBase[StoreEvidence],
+            scheduler: abc.SchedulerBase | None = None,
+        ) -> abc.DisposableBase:
+            subscription = self._answers.subject.subscribe(observer, scheduler=scheduler)
+            standing = self._start_evidence
+            if (
+                standing is not None
+                and not self._closing
+                and self._feed.state is ChangeFeedState.LISTENING
+                and self._feed.loss is None
+                and not self._evidence_held()
+            ):
+                observer.on_next(standing)
+            return subscription
+
+        return Observable(subscribe)
+
+    def _evidence_held(self) -> bool:
+        """Whether the pool is known not to answer (evidence then waits for it)."""
+        return self._pool_down is not None or self._attempts.down
+
+    def _offer_evidence(self, evidence: StoreEvidence) -> None:
+        """Publish ``evidence`` on ``answers_again``, or hold it while the pool does not answer:
+        a re-issue spent on a route known to be down is a write lost."""
+        if not self._evidence_held():
+            self._publish(self._answers, evidence, "answers_again")
+            return
+        if self._held is None:
+            why = (
+                self._pool_down[1]
+                if self._pool_down is not None
+                else "operations found the store unreachable through the pool"
+            )
+            self._held = (_now(), why)
+            logger.bind(store=self._name, evidence=type(evidence).__name__).info(
+                "store '{}': evidence that it answers ({}) held back: {}; it counts once a "
+                "probe sent through the pool arrives",
+                self._name,
+                type(evidence).__name__,
+                why,
+            )
+
+    def _pool_answered(self) -> None:
+        """A probe sent through the pool arrived: the write path answers. If it was known down,
+        or evidence was held back meanwhile, say so once on ``answers_again``."""
+        self._attempts.reached()
+        down, self._pool_down = self._pool_down, None
+        held, self._held = self._held, None
+        since = min((mark for mark in (down, held) if mark is not None), default=None)
+        if since is None or self._closing:
+            return
+        lost_at, why = since
+        evidence = ChangeFeedGap(
+            source=self._name,
+            lost_at=lost_at,
+            resumed_at=_now(),
+            reason=f"the pool answers again ({why})",
+        )
+        logger.bind(store=self._name).info(
+            "store '{}': a probe sent through the pool arrived again after {:.3f}s ({}); that "
+            "is evidence it answers",
+            self._name,
+            (evidence.resumed_at - lost_at).total_seconds(),
+            why,
+        )
+        self._publish(self._answers, evidence, "answers_again")
 
     @property
     def feed_is_whole(self) -> bool:
@@ -2519,7 +2622,7 @@ class PostgresStore:
             (gap.resumed_at - gap.lost_at).total_seconds(),
         )
         self._publish(self._gaps, gap, "gaps")
-        self._publish(self._answers, gap, "answers_again")
+        self._offer_evidence(gap)
 
     def _publish(self, hot: _Hot, value: object, stream: str) -> None:
         """``on_next`` to each subscriber on its own: one subscriber that raises is reported
@@ -2611,6 +2714,8 @@ class PostgresStore:
                 await self._send_probe(probe_payload(self._prefix, token))
             except (StoreError, *_DRIVER_FAULTS) as exc:
                 self._feed.probe_failed(f"the probe could not be sent: {exc}", sent=False)
+                if self._pool_down is None:
+                    self._pool_down = (_now(), f"a probe could not be sent through it: {exc}")
                 raise
             left = self._heartbeat_timeout - (time.perf_counter() - started)
             try:
@@ -2624,6 +2729,7 @@ class PostgresStore:
                 self._feed.probe_failed(problem, sent=True)
                 return problem
             self._feed.probe_verified(_now(), arrived - started)
+            self._pool_answered()
             return None
         finally:
             self._probe_waiters.pop(token, None)
@@ -2793,7 +2899,7 @@ class PostgresStore:
                     {"source": self._name, "path": path, "version": version},
                     _ANNOUNCED_FIELDS,
                 )
-                self._publish(self._answers, announced, "answers_again")
+                self._offer_evidence(announced)
 
     def _batch_failed(self, exc: Exception, size: int) -> None:
         self._feed.failed_batches += 1

@@ -112,6 +112,9 @@ async def test_probes_are_neither_notifications_nor_evidence_nor_malformed(
     ):
         evidence: Recorder[StoreEvidence] = Recorder(first.answers_again)
         try:
+            started_evidence = await evidence.next()  # the verified start, given at once
+            assert isinstance(started_evidence, ChangeFeedGap)
+            assert started_evidence.reason.startswith("the store started")
             await _until(
                 lambda: first.feed_statistics().foreign_probes >= 3
                 and second.feed_statistics().foreign_probes >= 3
