@@ -95,6 +95,7 @@ from rxmesh.providers._groups import WriteGroups
 from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
 
 __all__ = [
+    "DEFAULT_FEED_LOSS_BOUND",
     "DEFAULT_MALFORMED_LOG_INTERVAL",
     "DEFAULT_RECONNECT_BACKOFF",
     "DEFAULT_SCHEMA_PREFIX",
@@ -115,6 +116,10 @@ DEFAULT_SCHEMA_PREFIX = "rxmesh_"
 
 DEFAULT_RECONNECT_BACKOFF: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
 """Delays (s) between re-connect attempts of the change-feed listener; the last one repeats."""
+
+DEFAULT_FEED_LOSS_BOUND = 30.0
+"""Seconds the change feed may stay lost before every live query of the store ends with a
+transient :class:`~rxmesh.exceptions.StoreError`: its view is no longer maintained."""
 
 TARGET_SESSION_ATTRS: frozenset[str] = frozenset(
     {"any", "primary", "standby", "prefer-standby", "read-write", "read-only"}
@@ -694,6 +699,16 @@ async def _window_records(chunk: list[MeshNode]) -> list[tuple[Any, ...]]:
     return records
 
 
+class _Outlasted:
+    """A change-feed loss that outlasted the store's bound: live queries end with it."""
+
+    __slots__ = ("lost_at", "reason")
+
+    def __init__(self, lost_at: datetime, reason: str) -> None:
+        self.lost_at = lost_at
+        self.reason = reason
+
+
 class _Hot:
     """A hot stream with an honest count of its subscribers."""
 
@@ -815,6 +830,12 @@ class PostgresStore:
         group_creates: concurrent creates of one partition that wait behind its busy lanes go
             as one statement (docs/providers.md); ``False``: every create is its own statement
             and transaction, as many in flight as the pool allows.
+        feed_loss_bound: seconds the change feed may stay lost (not re-connected, re-LISTENed
+            and verified) before every live query of this store ends with a transient
+            :class:`~rxmesh.exceptions.StoreError` (08006) saying its view is no longer
+            maintained; a live query opened while the loss lasts gets its Initial, then the
+            same end. ``reopen_on_transient_fault`` re-opens it: a fresh read. Shorter losses
+            end in a declared gap and a re-read instead (docs/live-queries.md).
 
     Use ``async with PostgresStore(dsn) as store:`` or ``await store.start()`` /
     ``await store.close()``.
@@ -840,11 +861,14 @@ class PostgresStore:
         pooled: bool | None = None,
         target_session_attrs: str | None = None,
         group_creates: bool = True,
+        feed_loss_bound: float = DEFAULT_FEED_LOSS_BOUND,
     ) -> None:
         if not _PREFIX_RULE.fullmatch(schema_prefix):
             raise ValueError(f"schema_prefix {schema_prefix!r} must match {_PREFIX_RULE.pattern}")
         if not reconnect_backoff:
             raise ValueError("reconnect_backoff must not be empty")
+        if not 0 < feed_loss_bound < float("inf"):
+            raise ValueError(f"feed_loss_bound must be a positive number, not {feed_loss_bound!r}")
         if target_session_attrs is not None and target_session_attrs not in TARGET_SESSION_ATTRS:
             raise ValueError(
                 f"target_session_attrs {target_session_attrs!r} must be one of "
@@ -903,6 +927,11 @@ class PostgresStore:
         """Since when, and why, a probe could not be sent through the pool (until one arrives)."""
         self._held: tuple[datetime, str] | None = None
         """Evidence held back while the pool did not answer: since when, and why."""
+        self._loss_bound = feed_loss_bound
+        self._loss_timer: asyncio.TimerHandle | None = None
+        self._outlasted: _Outlasted | None = None
+        """The current loss, once it outlasted the bound (live queries then end)."""
+        self._expired = _Hot()
         self._start_evidence: ChangeFeedGap | None = None
         """The verified start, offered to every subscriber of ``answers_again`` while the store
         still answers (see :attr:`answers_again`)."""
@@ -1111,6 +1140,7 @@ class PostgresStore:
         self._closing = True
         self._feed.state = ChangeFeedState.CLOSED
         self._start_evidence = self._pool_down = self._held = None
+        self._forget_loss_bound()
         tasks = list(self._tasks.items())
         self._tasks.clear()
         pool, self._pool = self._pool, None
@@ -2261,14 +2291,17 @@ class PostgresStore:
         def subscribe(
             observer: abc.ObserverBase[QueryFrame], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
-            events: asyncio.Queue[NodeChange | int | None] = asyncio.Queue()
+            events: asyncio.Queue[NodeChange | int | _Outlasted | None] = asyncio.Queue()
             subscriptions = CompositeDisposable(
                 self._changes.subject.subscribe(
                     events.put_nowait, on_completed=lambda: events.put_nowait(None)
                 ),
                 # A gap is queued as its number (counted before it is published).
                 self._gaps.subject.subscribe(lambda _: events.put_nowait(self._feed.gaps)),
+                self._expired.subject.subscribe(events.put_nowait),
             )
+            if self._outlasted is not None:  # opened during a loss past the bound
+                events.put_nowait(self._outlasted)
 
             async def run() -> None:
                 nodes = await self._select(query)
@@ -2281,6 +2314,10 @@ class PostgresStore:
                 pending = _Changes()
                 while (event := await events.get()) is not None:
                     while True:
+                        if isinstance(event, _Outlasted):
+                            if frame := pending.take(self._name):
+                                observer.on_next(frame)  # what the feed did deliver
+                            raise self._stale_error(event)
                         if isinstance(event, int):
                             if frame := pending.take(self._name):
                                 observer.on_next(frame)  # what came before the gap, at once
@@ -2573,7 +2610,7 @@ class PostgresStore:
             reason = f"its {role} task ended unexpectedly"
         else:
             reason = f"its {role} task died: {type(error).__name__}: {error}"
-        self._feed.lost(_now(), reason)
+        self._feed_lost(reason)
         log = logger.bind(store=self._name, task=role, reason=reason).opt(exception=error)
         if task.cancelled():
             # Someone else's decision (often a loop shutting down): do not fight it, say it.
@@ -2596,6 +2633,49 @@ class PostgresStore:
             self._drop_listener()
             self._spawn("listener", self._watch_feed(reconnect_from=delay_index))
 
+    def _feed_lost(self, reason: str) -> None:
+        """Record a loss of the change feed; the first of a run starts the live queries' bound."""
+        self._feed.lost(_now(), reason)
+        if self._loss_timer is None and self._outlasted is None and not self._closing:
+            self._loss_timer = asyncio.get_running_loop().call_later(
+                self._loss_bound, self._loss_outlasted
+            )
+
+    def _loss_outlasted(self) -> None:
+        """The loss lasted ``feed_loss_bound``: no live query of this store is maintained any
+        more, so each ends (a transient error) rather than go on silently stale."""
+        self._loss_timer = None
+        loss = self._feed.loss
+        if loss is None or self._closing:
+            return
+        self._outlasted = outlasted = _Outlasted(*loss)
+        logger.bind(store=self._name, reason=loss[1]).error(
+            "store '{}' change feed lost for more than {:g}s ({}); its live queries end with a "
+            "transient error (re-opening reads them afresh)",
+            self._name,
+            self._loss_bound,
+            loss[1],
+        )
+        self._publish(self._expired, outlasted, "live queries")
+
+    def _forget_loss_bound(self) -> None:
+        timer, self._loss_timer = self._loss_timer, None
+        if timer is not None:
+            timer.cancel()
+        self._outlasted = None
+
+    def _stale_error(self, outlasted: _Outlasted) -> StoreError:
+        """One live query's own error for ``outlasted`` (never one object raised in many)."""
+        return StoreError(
+            f"store '{self._name}': its change feed has been lost since "
+            f"{outlasted.lost_at:%Y-%m-%dT%H:%M:%SZ}, longer than {self._loss_bound:g}s "
+            f"(feed_loss_bound): {outlasted.reason}. This live query's view is no longer "
+            "maintained; open it again to read it afresh (reopen_on_transient_fault does)",
+            sqlstate="08006",
+            store=self._name,
+            transient=True,
+        )
+
     def _feed_is_whole(self) -> bool:
         conn = self._listen_conn
         return (
@@ -2616,6 +2696,7 @@ class PostgresStore:
         lost_at, reason = loss
         gap = ChangeFeedGap(source=self._name, lost_at=lost_at, resumed_at=_now(), reason=reason)
         self._feed.resumed()
+        self._forget_loss_bound()
         logger.bind(store=self._name, reason=reason).warning(
             "store '{}' change feed resumed after {:.3f}s; declaring a gap",
             self._name,
@@ -2649,7 +2730,7 @@ class PostgresStore:
         while not self._closing:
             if reconnect_from is None:
                 reason = await self._heartbeat_until_lost()
-                self._feed.lost(_now(), reason)
+                self._feed_lost(reason)
                 self._drop_listener()
                 logger.bind(store=self._name, reason=reason).error(
                     "store '{}' change feed lost: {}; re-connecting", self._name, reason
@@ -2909,7 +2990,7 @@ class PostgresStore:
         logger.bind(store=self._name, error_type=type(exc).__name__).opt(exception=exc).error(
             "store '{}' change feed: {}; declaring a gap so dependents re-read", self._name, reason
         )
-        self._feed.lost(_now(), reason)
+        self._feed_lost(reason)
         self._resume_if_recovered()
 
     async def _fetch_changed(self, batch: list[Entry]) -> dict[tuple[str, str], MeshNode]:
