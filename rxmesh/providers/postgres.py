@@ -2300,10 +2300,25 @@ class PostgresStore:
                 self._gaps.subject.subscribe(lambda _: events.put_nowait(self._feed.gaps)),
                 self._expired.subject.subscribe(events.put_nowait),
             )
-            if self._outlasted is not None:  # opened during a loss past the bound
-                events.put_nowait(self._outlasted)
 
             async def run() -> None:
+                outlasted = self._outlasted
+                # Opened during a loss past the bound: its Initial is fresh, and it gets the
+                # bound from now (a standing watch re-reads once per bound, not per backoff).
+                later = (
+                    None
+                    if outlasted is None
+                    else asyncio.get_running_loop().call_later(
+                        self._loss_bound, events.put_nowait, outlasted
+                    )
+                )
+                try:
+                    await follow()
+                finally:
+                    if later is not None:
+                        later.cancel()
+
+            async def follow() -> None:
                 nodes = await self._select(query)
                 observer.on_next(_initial_frame(nodes, self._name))
                 # The subscriber's turn first: this query's index of its rows (a pass over all
@@ -2315,10 +2330,11 @@ class PostgresStore:
                 while (event := await events.get()) is not None:
                     while True:
                         if isinstance(event, _Outlasted):
-                            if frame := pending.take(self._name):
-                                observer.on_next(frame)  # what the feed did deliver
-                            raise self._stale_error(event)
-                        if isinstance(event, int):
+                            if event is self._outlasted:  # else the feed came back meanwhile
+                                if frame := pending.take(self._name):
+                                    observer.on_next(frame)  # what the feed did deliver
+                                raise self._stale_error(event)
+                        elif isinstance(event, int):
                             if frame := pending.take(self._name):
                                 observer.on_next(frame)  # what came before the gap, at once
                             # Shared: one subscription leaving never cancels the others' read.
