@@ -1,4 +1,5 @@
-"""Issue 32: a live query whose change feed stays lost reaches its subscribers, never silently stale.
+"""Issue 32: a live query whose change feed stays lost reaches its subscribers (never silently
+stale).
 
 The listener's route is a loopback fault proxy (``listen_dsn`` through it, as a DSN naming an
 old primary's fixed address after a failover); the pool goes straight to the shared server, so
