@@ -2533,8 +2533,10 @@ class PostgresStore:
     @property
     def feed_is_whole(self) -> bool:
         """Whether the change feed is listening now (what ``feed_statistics().state`` says,
-        without building the snapshot: the mesh asks before trusting facts it kept)."""
-        return self._feed.state is ChangeFeedState.LISTENING
+        without building the snapshot: the mesh asks before trusting facts it kept), and no
+        announced commit is held back from ``answers_again`` (its subscribers, the kept facts
+        among them, have not seen it yet)."""
+        return self._feed.state is ChangeFeedState.LISTENING and self._held is None
 
     def feed_statistics(self) -> ChangeFeedStatistics:
         """The change feed's state and counters, as a frozen snapshot.

@@ -198,10 +198,14 @@ async def test_an_announced_commit_waits_for_the_pool_to_answer(
             assert mesh.recovery is not None and mesh.recovery.reissuing == 0
             assert [p.node.path for p in mesh.ledger.pending()] == ["ev/lost"]
             assert collected.got == []
+            # Nor do the mesh's kept partition facts trust the feed while a commit is held back
+            # from them (it might have revoked a grant).
+            assert not store.feed_is_whole
 
             await proxy.restore()
             outcomes = await collected.wait(1, timeout=WAIT)
             assert [(o.intent.path, o.verdict) for o in outcomes] == [("ev/lost", Verdict.LANDED)]
+            assert store.feed_is_whole
         finally:
             listening.dispose()
             mesh.dispose()
