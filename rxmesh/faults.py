@@ -33,7 +33,6 @@ __all__ = [
     "NOT_SENT_SQLSTATES",
     "NO_ANSWER_IN_TIME_PHRASES",
     "TRANSIENT_CONNECT_SQLSTATES",
-    "describe_may_have_landed",
     "describe_may_have_partially_landed",
     "describe_not_attempted",
     "exception_chain",
@@ -404,23 +403,6 @@ def describe_not_attempted(operation: str, *, written: Sequence[str] = ()) -> st
         f"{operation} could not be attempted: the data store was unreachable. Nothing was "
         "written. This is an availability failure, not a refusal; retrying the same request "
         "(with the same node id) is meaningful."
-    )
-
-
-def describe_may_have_landed(operation: str) -> str:
-    """The answer text for ONE write whose statement may have reached the store before it went
-    away: it may be durable. (A multi-window write has
-    :func:`describe_may_have_partially_landed`; one write is all or nothing, never a subset.)
-
-    Example:
-        >>> "subset" in describe_may_have_landed("Node creation at 'a/b'")
-        False
-    """
-    return (
-        f"{operation} failed after its write was sent: the data store became unreachable "
-        "before it answered. The write may already be durable. Read the current state before "
-        "retrying; re-issuing the same request (with the same node id) is safe only if it is "
-        "not there."
     )
 
 

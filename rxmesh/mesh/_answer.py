@@ -26,11 +26,7 @@ from loguru import logger
 from reactivex import Observable, abc
 
 from rxmesh.aio import _OneShot, _Subscribed
-from rxmesh.faults import (
-    describe_may_have_landed,
-    describe_may_have_partially_landed,
-    is_write_outcome_unknown,
-)
+from rxmesh.faults import describe_may_have_partially_landed, is_write_outcome_unknown
 from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.mesh._arms import Judgement, judge
 from rxmesh.mesh._core import MeshCore
@@ -84,6 +80,17 @@ class AttemptFacts:
         return self.write_started or self.write_outcome_unknown
 
 
+def _may_have_landed(operation: str) -> str:
+    """The answer text for ONE write whose statement may have reached the store before it went
+    away. One write is all of it or nothing, never "a subset" (the bulk's wording)."""
+    return (
+        f"{operation} failed after its write was sent: the data store became unreachable "
+        "before it answered. The write may already be durable. Read the current state before "
+        "retrying; re-issuing the same request (with the same node id) is safe only if it is "
+        "not there."
+    )
+
+
 class TerminalArm:
     """Classify and ANSWER, never retry: the one place a failed attempt becomes its answer."""
 
@@ -124,7 +131,7 @@ class TerminalArm:
             describe = (
                 describe_may_have_partially_landed
                 if facts.write_started  # windows: some may have committed, some not
-                else describe_may_have_landed  # one write: all of it or nothing
+                else _may_have_landed  # one write: all of it or nothing
             )
             error = verdict.annotate(describe(facts.operation))
             if "outcome_unknown" in kind.model_fields:
