@@ -66,6 +66,7 @@ class _Record:
     reserved: list[_Reservation]
     loop: asyncio.AbstractEventLoop | None  # None: a synchronous caller publishes itself
     bulk: bool
+    late_removals: list[tuple[str, Format]] | None = None  # an expired ticket's, done late
 
 
 class LedgerCore:
@@ -137,11 +138,10 @@ class LedgerCore:
             path,
             intent,
             line,
-            None,
-            index,
-            fmt,
-            holder,
-            self._format.get(path) if holder is not None else None,
+            index=index,
+            fmt=fmt,
+            prior=holder,
+            prior_fmt=self._format.get(path) if holder is not None else None,
         )
         self._reserving.setdefault(path, []).append(reservation)
         self._newest[path] = intent
@@ -322,6 +322,13 @@ class LedgerCore:
         context = ticket.context
         if not isinstance(context, _Record):
             self._complete_removal(ticket)
+            return
+        with self._lock:
+            ticket.completing = not ticket.expired
+        if ticket.expired:  # answered NOT recorded and rolled back already (see _expire)
+            for path, fmt in context.late_removals or ():
+                self._remove_copy(path, fmt)
+            ticket.result = (context.results, [])
             return
         outcomes: list[PendingWriteOutcome] = []
         removals: list[tuple[str, Format]] = []

@@ -49,6 +49,7 @@ from rxmesh.ledger._models import CREATE_ORIGINS, VERB_FIELDS, PendingWrite
 __all__ = [
     "JOURNAL_FORMAT",
     "CorruptFile",
+    "DirectoryLost",
     "Journal",
     "JournalError",
     "canonical_intent",
@@ -70,6 +71,11 @@ _LOG_NAME = re.compile(r"(segment-\d{12}\.log|\.segment-\d{12}\.log\.tmp)")  # f
 
 class CorruptFile(Exception):
     """Internal: a journal file that cannot be trusted (the text says why)."""
+
+
+class DirectoryLost(JournalError):
+    """The directory the journal holds open is no longer the directory at its path (it was
+    deleted or moved away): what is written there is not what the next process will load."""
 
 
 def journal_file_name(path: str) -> str:
@@ -192,6 +198,43 @@ class Journal:
             )
         return self._fd
 
+    def verify_directory(self) -> None:
+        """Check that the directory held open is still the one at its path.
+
+        A descriptor keeps a deleted or renamed directory usable: writes there succeed and
+        ``fsync`` returns, yet the next process, opening the path, never sees them. So a durable
+        step counts only once this holds: the held directory still has a link
+        (``st_nlink > 0``) and a fresh ``stat`` of the path names the same ``st_dev``/``st_ino``.
+
+        Raises:
+            DirectoryLost: it was deleted, or moved away (or something else is at the path now).
+            JournalError: the journal is closed.
+        """
+        held = os.fstat(self._dir_fd())
+        where = str(self._directory)
+        if held.st_nlink == 0:
+            raise DirectoryLost(
+                f"pending-write journal directory {where!r} was deleted while in use; what is "
+                "written there is lost at exit (restart with a journal directory that exists)",
+                path=where,
+            )
+        try:
+            current = os.stat(self._directory)
+        except OSError as exc:
+            raise DirectoryLost(
+                f"pending-write journal directory {where!r} is no longer at its path ({exc}); it "
+                "was moved away or deleted, and the next process would not find what is written "
+                "to it",
+                path=where,
+            ) from exc
+        if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+            raise DirectoryLost(
+                f"pending-write journal directory {where!r} was moved away or replaced while in "
+                "use: the path names another directory now, and the next process would not find "
+                "what is written to the one held open",
+                path=where,
+            )
+
     def write(self, intent: PendingWrite) -> Path:
         """Write ``intent`` durably (temp, fsync, replace, fsync directory); return its file.
 
@@ -222,6 +265,7 @@ class Journal:
             os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
             os.fsync(directory)
         except OSError as exc:
+            self.verify_after(exc)
             try:
                 os.unlink(temp, dir_fd=directory)
             except FileNotFoundError:
@@ -235,7 +279,23 @@ class Journal:
                 f"{intent.path!r}: {exc}",
                 path=str(final),
             ) from exc
+        try:
+            self.verify_directory()
+        except DirectoryLost:
+            # Not left where a rename back, or a copy, would load what was NOT recorded.
+            try:
+                os.unlink(name, dir_fd=directory)
+            except OSError:
+                pass  # a deleted directory takes it with it
+            raise
         return final
+
+    def verify_after(self, failure: OSError) -> None:
+        """After a failed step: raise :class:`DirectoryLost` instead when that is the cause."""
+        try:
+            self.verify_directory()
+        except DirectoryLost as lost:
+            raise lost from failure
 
     def remove(self, path: str) -> bool:
         """Delete the file of node ``path``'s intent and fsync the directory.

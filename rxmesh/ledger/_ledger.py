@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,16 +15,25 @@ from reactivex import Observable, abc
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
 from rxmesh.ledger._core import _NOTHING, Format, LedgerCore, RecordResult, _Record
 from rxmesh.ledger._journal import Journal
-from rxmesh.ledger._log import Log
+from rxmesh.ledger._log import Log, encode_put
 from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
 from rxmesh.ledger._publish import count_recorded, log_recorded
-from rxmesh.ledger._writer import Writer
+from rxmesh.ledger._writer import Ticket, Writer
 from rxmesh.operations import Verdict
 
-__all__ = ["JOURNAL_DIR_ENV", "PendingWriteHeldError", "PendingWriteLedger", "RecordResult"]
+__all__ = [
+    "DEFAULT_DURABLE_TIMEOUT",
+    "JOURNAL_DIR_ENV",
+    "PendingWriteHeldError",
+    "PendingWriteLedger",
+    "RecordResult",
+]
 
 JOURNAL_DIR_ENV = "RXMESH_PENDING_WRITES_DIR"
 """Environment variable naming the journal directory when the constructor is given none."""
+
+DEFAULT_DURABLE_TIMEOUT = 2.0
+"""Seconds a record waits for its durable step before it is answered NOT recorded."""
 
 
 class PendingWriteLedger(LedgerCore):
@@ -44,7 +55,14 @@ class PendingWriteLedger(LedgerCore):
       durable step runs on the journal's writer thread, and concurrent records share one
       ``fdatasync`` of the log (group commit); the event loop is never blocked by the disk.
     - :meth:`record` (synchronous, any thread): blocks its caller for the durable step (one file
-      per intent, two ``fsync``\\ s), as before.
+      per intent, two ``fsync``\\ s, written by the writer thread).
+
+    A durable step counts only if it returned within ``durable_timeout`` seconds AND the
+    directory it wrote to is still the directory at the journal's path (not deleted, not moved
+    away). Otherwise the record raises (or, in a bulk, returns) :class:`JournalError`: the intent
+    is NOT recorded, nothing it would have replaced is settled, and if the late step ever
+    completes what it wrote is taken back, so no process re-issues it. :attr:`journal_fault`
+    (and health, :class:`rxmesh.health.PendingWritesCheck`) says why meanwhile.
 
     Call :meth:`close` when done with a journaled ledger: it commits what is queued, stops the
     writer thread and releases the directory (a ledger never closed leaves no thread for long and
@@ -55,13 +73,28 @@ class PendingWriteLedger(LedgerCore):
             (created 0700 if missing; an existing group/world-writable or foreign-owned directory
             is refused with :class:`JournalError`). One process per directory. ``None`` reads
             ``RXMESH_PENDING_WRITES_DIR``; ``""`` means in memory whatever the environment says.
+        durable_timeout: seconds a record waits for its durable step (a journal on a disk or
+            file system that stopped answering: a frozen or hung mount) before it is answered
+            NOT recorded. Default :data:`DEFAULT_DURABLE_TIMEOUT` (2 s).
 
     Raises:
         JournalError: the directory is unsafe or cannot be prepared or read.
+        ValueError: ``durable_timeout`` is not a positive number of seconds.
     """
 
-    def __init__(self, journal_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        journal_dir: str | os.PathLike[str] | None = None,
+        *,
+        durable_timeout: float = DEFAULT_DURABLE_TIMEOUT,
+    ) -> None:
         super().__init__()
+        if not (isinstance(durable_timeout, int | float) and 0 < durable_timeout < math.inf):
+            raise ValueError(
+                f"durable_timeout must be a positive number of seconds, got {durable_timeout!r}"
+            )
+        self._durable_timeout = float(durable_timeout)
+        self._timeouts = 0
         if journal_dir is None:
             journal_dir = os.environ.get(JOURNAL_DIR_ENV) or None
         elif not os.fspath(journal_dir):
@@ -104,7 +137,7 @@ class PendingWriteLedger(LedgerCore):
             self._format[intent.key] = fmt
         self._counts["loaded"] = len(loaded)
         self._counts["quarantined"] = quarantined + log_quarantined
-        self._writer = Writer(journal, log, self._complete)
+        self._writer = Writer(journal, log, self._complete, self._take_back)
         logger.bind(journal_dir=str(journal.directory)).info(
             "pending-write journal {} loaded: {} intent(s) ({} from the log), {} quarantined",
             str(journal.directory),
@@ -173,17 +206,18 @@ class PendingWriteLedger(LedgerCore):
           ``intent.request_id`` (published on :attr:`outcomes`).
 
         A new path gets its own journal file (format 1): temp file, ``fsync``, rename, ``fsync``
-        of the directory, on the caller's thread. A path whose intent is in the log, or still
-        being recorded, goes through the writer thread (the caller waits), so one path's durable
-        steps stay in order.
+        of the directory; a path whose intent is in the log gets a log entry. Either is written
+        by the writer thread, so one path's durable steps stay in order, while the caller waits
+        at most ``durable_timeout`` seconds.
 
         Returns:
             whether the intent was recorded (``False``: it is already pending or being re-issued).
 
         Raises:
             PendingWriteHeldError: another requester's intent for the path is outstanding.
-            JournalError: the journal file could not be written; the intent is NOT recorded (and
-                nothing it would have replaced was settled).
+            JournalError: the journal file could not be written, was written to a directory that
+                is no longer the journal's path, or not within ``durable_timeout``: the intent is
+                NOT recorded (and nothing it would have replaced was settled).
         """
         superseded: PendingWriteOutcome | None = None
         with self._lock:
@@ -191,12 +225,9 @@ class PendingWriteLedger(LedgerCore):
             if holder is _NOTHING:
                 return False
             assert holder is None or isinstance(holder, PendingWrite)
-            fmt = self._format.get(intent.key, "file") if holder is not None else "file"
-            direct = self._journal is None or (fmt == "file" and intent.key not in self._reserving)
+            # With a journal, the writer thread writes it: the caller's wait can then be bounded.
+            direct = self._journal is None
             if direct:
-                if self._journal is not None:
-                    self._journal.write(intent)
-                    self._format[intent.key] = "file"
                 previous = self._pending.get(intent.key)
                 self._pending[intent.key] = intent
                 self._newest[intent.key] = intent
@@ -214,7 +245,7 @@ class PendingWriteLedger(LedgerCore):
             if superseded is not None:
                 self._publish(superseded)
             return True
-        (result,), outcomes = self._wait(ticket)
+        (result,), outcomes = self._wait_bounded(ticket)
         self._publish_all(outcomes)
         if not isinstance(result, bool):
             raise result
@@ -238,8 +269,9 @@ class PendingWriteLedger(LedgerCore):
             PendingWriteHeldError: another requester's intent for the path is outstanding
                 (raised before anything is written).
             JournalError: the intent cannot be encoded (raised before anything is written), the
-                ledger is closed, or the log could not be made durable: the intent is NOT
-                recorded (and nothing it would have replaced was settled).
+                ledger is closed, or the log could not be made durable in the journal's directory
+                within ``durable_timeout``: the intent is NOT recorded (and nothing it would have
+                replaced was settled).
         """
         (result,) = await self._record_async([intent], bulk=False)
         if not isinstance(result, bool):
@@ -283,12 +315,145 @@ class PendingWriteLedger(LedgerCore):
             tickets = await self._admit_bulk(intents, loop)
         context = tickets[0].context
         assert isinstance(context, _Record)
+        deadline = loop.time() + self._durable_timeout
         for ticket in tickets:  # every one shares the bulk's results
             if ticket.queued:
                 assert ticket.waiter is not None
-                # A cancelled caller cancels only this wait: the record completes (and publishes).
-                await ticket.waiter
+                timer = loop.call_at(deadline, self._expire_waiter, ticket)
+                try:
+                    # A cancelled caller cancels only this wait: the record completes (and
+                    # publishes).
+                    await ticket.waiter
+                finally:
+                    timer.cancel()
         return context.results
+
+    # ------------------------------------------------------------------ the durable step's bound
+
+    def _wait_bounded(
+        self, ticket: Ticket
+    ) -> tuple[list[RecordResult], list[PendingWriteOutcome]]:
+        if not ticket.done.wait(self._durable_timeout) and self._expire(ticket):
+            context = ticket.context
+            assert isinstance(context, _Record)
+            return context.results, []
+        return self._wait(ticket)
+
+    def _expire_waiter(self, ticket: Ticket) -> None:
+        """On the caller's loop, at the deadline: answer the records NOT recorded."""
+        if self._expire(ticket) and ticket.waiter is not None and not ticket.waiter.done():
+            ticket.waiter.set_result(None)
+
+    def _expire(self, ticket: Ticket) -> bool:
+        """Past the bound, unless its durable step has returned: roll the ticket's records back
+        and answer each NOT recorded. The writer skips what it has not written yet; what it has
+        written is taken back once its step returns (:meth:`_take_back`). Say if it expired."""
+        context = ticket.context
+        assert isinstance(context, _Record)
+        with self._lock:
+            if ticket.completing or ticket.expired or ticket.done.is_set():
+                return False
+            ticket.expired = True
+            self._timeouts += 1
+            where = "" if self._journal is None else str(self._journal.directory)
+            error = JournalError(
+                f"the durable step of pending-write journal {where!r} did not return within "
+                f"{self._durable_timeout:g} s (a disk or file system that does not answer); the "
+                "intent is NOT recorded, and if the step completes later it is taken back",
+                path=where,
+            )
+            removals: list[tuple[str, Format]] = []
+            for reservation in reversed(context.reserved):
+                reservation.error = error  # the writer skips it if it has not started
+                self._roll_back(reservation, removals)
+                context.results[reservation.index] = error
+            context.late_removals = removals
+            count = len(context.reserved)
+        logger.bind(journal_dir=where).error("{} ({} record(s))", error, count)
+        return True
+
+    def _take_back(self, batch: list[Ticket]) -> None:
+        """On the writer thread, once a group's step returned: the ops of its expired tickets
+        that were written are replaced by what the ledger holds for their paths NOW (the intent
+        they would have replaced if it is still outstanding, else nothing), in the log or as
+        the path's file, so that the next process never re-issues what was NOT recorded."""
+        assert self._log is not None
+        assert self._journal is not None
+        paths: dict[str, Format] = {}
+        for ticket in batch:
+            for op in ticket.ops:
+                if op.written and op.kind in ("put", "file"):
+                    if ticket.expired:
+                        paths[op.path] = "log" if op.kind == "put" else "file"
+                    else:  # a later record of the path in this group stands
+                        paths.pop(op.path, None)
+        logged: list[tuple[str, bytes | None]] = []
+        with self._lock:  # no settle or record of these paths in between
+            for path, kind in paths.items():
+                holder, fmt = self._durable_holder(path)
+                if kind == "log":
+                    logged.append((path, encode_put(holder) if fmt == "log" and holder else None))
+                    continue
+                try:
+                    if holder is not None and fmt == "file":
+                        self._journal.write(holder)
+                    else:
+                        self._journal.remove(path)
+                except JournalError as exc:
+                    self._report_not_taken_back(path, exc)
+            if logged:
+                try:
+                    self._log.restore(logged)
+                except (OSError, JournalError) as exc:
+                    self._report_not_taken_back(logged[0][0], exc)
+
+    def _durable_holder(self, path: str) -> tuple[PendingWrite | None, Format | None]:
+        """Under the lock: the outstanding intent of ``path`` whose durable step returned (a
+        record being made is not one yet), and where its copy lives."""
+        chain = self._reserving.get(path)
+        if chain:
+            prior = chain[0].prior
+            if prior is not None and self._outstanding_now(prior):
+                return prior, chain[0].prior_fmt
+            return None, None
+        holder = self._newest.get(path)
+        return holder, self._format.get(path) if holder is not None else None
+
+    @staticmethod
+    def _report_not_taken_back(path: str, exc: BaseException) -> None:
+        logger.bind(path=path).opt(exception=exc).error(
+            "a journal write for {} that completed after its caller was told it is NOT recorded "
+            "could not be taken back: {}; the next process may re-issue it",
+            path,
+            exc,
+        )
+
+    @property
+    def journal_fault(self) -> str | None:
+        """Why records are answered NOT recorded now, or ``None``: the journal's directory was
+        deleted or moved away (it never comes back by itself: restart with a journal that
+        exists), or its durable step has not returned for longer than ``durable_timeout``."""
+        writer = self._writer
+        if writer is None:
+            return None
+        lost = writer.lost
+        if lost is not None:
+            return str(lost)
+        since = writer.step_since
+        if since is not None:
+            waited = time.monotonic() - since
+            if waited > self._durable_timeout:
+                return (
+                    f"the durable step of pending-write journal {str(self.journal_dir)!r} has not "
+                    f"returned for {waited:.1f} s (bound {self._durable_timeout:g} s): records are "
+                    "answered NOT recorded"
+                )
+        return None
+
+    @property
+    def journal_lost(self) -> bool:
+        """Whether the last durable step found the journal's directory deleted or moved away."""
+        return self._writer is not None and self._writer.lost is not None
 
     def take_all(self) -> list[PendingWrite]:
         """Take every pending intent out for re-issue (oldest first).
@@ -441,6 +606,8 @@ class PendingWriteLedger(LedgerCore):
                 superseded=counts["superseded"],
                 held=counts["held"],
                 group_commits=0 if self._writer is None else self._writer.groups,
+                durable_timeouts=self._timeouts,
+                journal_fault=self.journal_fault,
             )
 
     def __repr__(self) -> str:

@@ -37,7 +37,7 @@ from pathlib import Path
 from loguru import logger
 from pydantic import ValidationError
 
-from rxmesh.ledger._journal import CorruptFile, Journal, digest
+from rxmesh.ledger._journal import CorruptFile, DirectoryLost, Journal, digest
 from rxmesh.ledger._models import CREATE_ORIGINS, VERB_FIELDS, PendingWrite
 
 __all__ = ["COMPACT_AT_BYTES", "LOG_FORMAT", "Log", "encode_del", "encode_put", "segment_name"]
@@ -286,20 +286,35 @@ class Log:
     def append(self, entries: list[tuple[str, bytes, bool]]) -> None:
         """Append ``(path, entry, is_put)`` entries with one write and ONE ``fdatasync``.
 
+        They count only if the directory written to is still the journal's path afterwards
+        (:meth:`Journal.verify_directory`): once per group, not per entry.
+
         Raises:
+            DirectoryLost: the directory was deleted or moved away; none of them counts.
             OSError: they could not be made durable; none of them counts (the segment is
                 abandoned, the next group starts a new snapshot).
         """
         if self._fd is None or self._broken:
-            self.rewrite()
+            try:
+                self.rewrite()
+            except OSError as exc:
+                self._journal.verify_after(exc)
+                raise
         fd = self._fd
         assert fd is not None
         data = b"".join(line for _, line, _ in entries)
         try:
             _write_all(fd, data, self._size)
             os.fdatasync(fd)
-        except OSError:
+        except OSError as exc:
             self._broken = True
+            self._journal.verify_after(exc)
+            raise
+        try:
+            self._journal.verify_directory()
+        except DirectoryLost:
+            self._broken = True
+            self._forget_group()
             raise
         self._size += len(data)
         for path, line, put in entries:
@@ -312,6 +327,41 @@ class Log:
                 self.rewrite()
             except OSError as exc:  # the current segment stays valid; compaction is retried
                 self._bound.opt(exception=exc).error("could not compact the log: {}", exc)
+
+    def _forget_group(self) -> None:
+        """After :class:`DirectoryLost`: replace the segment that holds the group just appended
+        by a snapshot without it, where the directory now is (a moved directory moved back must
+        not re-issue what its callers were told was NOT recorded). In a deleted directory
+        nothing can be created, and nothing needs to be."""
+        try:
+            self.rewrite()
+        except OSError as exc:
+            self._bound.debug("no snapshot in the lost journal directory: {}", exc)
+            self._broken = True
+        else:
+            self._broken = True  # the next group checks the directory again from a snapshot
+
+    def restore(self, entries: list[tuple[str, bytes | None]]) -> None:
+        """Take back puts whose callers were told NOT recorded: per ``(path, entry)``, make
+        ``entry`` (the put of the path's intent now, or ``None``: it has none) its live entry
+        again, durably (appended in one group). If that fails, the next group starts from a
+        snapshot that already lacks them.
+
+        Raises:
+            OSError: the entries could not be appended (the snapshot still forgets them).
+        """
+        lines: list[tuple[str, bytes, bool]] = []
+        for path, previous in entries:  # first in memory: any snapshot from now on lacks them
+            self._live_bytes -= len(self._live.pop(path, b""))
+            if previous is not None:
+                self._live[path] = previous
+                self._live_bytes += len(previous)
+            lines.append((path, previous or encode_del(path), previous is not None))
+        try:
+            self.append(lines)
+        except (OSError, DirectoryLost):
+            self._broken = True
+            raise
 
     def close(self) -> None:
         """Close the current segment's descriptor; idempotent. A log that holds no live intent

@@ -142,6 +142,10 @@ class LedgerStatistics:
         quarantined: journal files, log segments or log entries moved aside as ``*.corrupt``.
         group_commits: groups the journal's writer thread made durable (at most one log
             ``fdatasync`` each, however many records shared it).
+        durable_timeouts: record calls answered NOT recorded because the durable step did not
+            return within the ledger's ``durable_timeout``.
+        journal_fault: why records are answered NOT recorded now (the journal's directory was
+            deleted or moved away, or its durable step is stuck), else ``None``.
     """
 
     journal_dir: str | None
@@ -160,6 +164,8 @@ class LedgerStatistics:
     group_commits: int = 0
     already_absent: int = 0
     conflicts: int = 0
+    durable_timeouts: int = 0
+    journal_fault: str | None = None
 
     @property
     def settled(self) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -24,7 +25,7 @@ from typing import Literal
 from loguru import logger
 
 from rxmesh.exceptions import JournalError
-from rxmesh.ledger._journal import Journal
+from rxmesh.ledger._journal import DirectoryLost, Journal
 from rxmesh.ledger._log import Log
 from rxmesh.ledger._models import PendingWrite
 
@@ -45,6 +46,7 @@ class Op:
     intent: PendingWrite | None = None
     line: bytes | None = None  # a put's or a del's entry, encoded before it is queued
     error: JournalError | None = None
+    written: bool = False  # durable: appended (and synced) to the log, or its file written
 
 
 @dataclass(slots=True, eq=False)
@@ -67,6 +69,8 @@ class Ticket:
     sealed: bool = True  # False while its caller still adds ops: the thread waits for it
     queued: bool = False
     abandoned: bool = False
+    expired: bool = False  # past the ledger's bound: answered NOT recorded, taken back if written
+    completing: bool = False  # its durable step returned in time: it can no longer expire
 
     def wait(self) -> object:
         """Block until the step is done (synchronous callers); its result, or raise its error."""
@@ -102,6 +106,9 @@ class Writer:
         log: the directory's log (used by this thread only once it started).
         complete: called on the thread with each ticket once its ops are durable or failed
             (each failed op carries its error); it sets the ticket's result.
+        take_back: called on the thread after a group's tickets are completed when any of them
+            expired (its caller was told NOT recorded) after some of its ops were written: it
+            makes the journal forget them, so that no later process re-issues them.
         linger: see :data:`DEFAULT_LINGER_SECONDS`.
     """
 
@@ -110,18 +117,22 @@ class Writer:
         journal: Journal,
         log: Log,
         complete: Callable[[Ticket], None],
+        take_back: Callable[[list[Ticket]], None],
         *,
         linger: float = DEFAULT_LINGER_SECONDS,
     ) -> None:
         self._journal = journal
         self._log = log
         self._complete = complete
+        self._take_back = take_back
         self._linger = linger
         self._cond = threading.Condition()
         self._queue: list[Ticket] = []
         self._thread: threading.Thread | None = None
         self._closing = False
         self._groups = 0
+        self.lost: DirectoryLost | None = None  # the last durable step found the directory gone
+        self.step_since: float | None = None  # monotonic start of the durable step in progress
 
     @property
     def groups(self) -> int:
@@ -210,6 +221,7 @@ class Writer:
                     return None
 
     def _commit(self, batch: list[Ticket]) -> None:
+        self.step_since = time.monotonic()
         try:
             self._write(batch)
         except BaseException as exc:  # a defect: no waiter may hang on it
@@ -220,12 +232,19 @@ class Writer:
             if not isinstance(exc, Exception):
                 raise
             return
+        finally:
+            self.step_since = None
         for ticket in batch:
             try:
                 self._complete(ticket)
             except Exception as exc:  # noqa: BLE001 - a defect: logged, and handed to the waiter
                 logger.opt(exception=exc).error("completing a journal ticket failed: {}", exc)
                 ticket.error = exc
+        if any(ticket.expired for ticket in batch):
+            try:
+                self._take_back(batch)
+            except Exception as exc:  # noqa: BLE001 - a defect: logged; nobody waits for it
+                logger.opt(exception=exc).error("taking back expired records failed: {}", exc)
         self._notify(batch)
 
     def _notify(self, batch: list[Ticket]) -> None:
@@ -259,14 +278,22 @@ class Writer:
                 self._log.append(entries)
             except (OSError, JournalError) as exc:
                 where = self._log.segment or self._journal.directory
-                error = JournalError(
-                    f"could not append {len(entries)} entr(y/ies) to the pending-write log "
-                    f"{str(where)!r}: {exc}",
-                    path=str(where),
-                )
-                error.__cause__ = exc
+                if isinstance(exc, DirectoryLost):
+                    error: JournalError = exc
+                    self._report_lost(exc, len(entries))
+                else:
+                    error = JournalError(
+                        f"could not append {len(entries)} entr(y/ies) to the pending-write log "
+                        f"{str(where)!r}: {exc}",
+                        path=str(where),
+                    )
+                    error.__cause__ = exc
                 for op in logged:
                     op.error = error
+            else:
+                self.lost = None
+                for op in logged:
+                    op.written = True
             self._groups += 1
         for ticket in batch:
             for op in ticket.ops:
@@ -276,3 +303,14 @@ class Writer:
                         self._journal.write(op.intent)
                     except JournalError as exc:
                         op.error = exc
+                        if isinstance(exc, DirectoryLost):
+                            self._report_lost(exc, 1)
+                    else:
+                        self.lost = None
+                        op.written = True
+
+    def _report_lost(self, exc: DirectoryLost, count: int) -> None:
+        self.lost = exc
+        logger.bind(journal_dir=str(self._journal.directory)).error(
+            "{}: {} journal entr(y/ies) NOT recorded", exc, count
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from rxmesh.ledger import JOURNAL_DIR_ENV
+from rxmesh.ledger import JOURNAL_DIR_ENV, PendingWriteLedger
 
 
 @pytest.fixture(autouse=True)
@@ -50,3 +51,24 @@ def _no_writer_thread_left() -> Iterator[None]:
         if t.name == "rxmesh-journal-writer" and t not in before
     ]
     assert left == [], "a journal writer thread outlived its test: close the ledger"
+
+
+@pytest.fixture(autouse=True)
+def _close_ledgers(
+    monkeypatch: pytest.MonkeyPatch, _no_writer_thread_left: None
+) -> Iterator[None]:
+    """Close, after the test, every ledger it made and left open: a synchronous ``record`` of a
+    journaled ledger starts its writer thread too (its durable step is bounded), and a test
+    that only records and reads back need not close its ledger by hand. Torn down before
+    :func:`_no_writer_thread_left` checks that no writer thread is left."""
+    made: weakref.WeakSet[PendingWriteLedger] = weakref.WeakSet()  # a collected one is gone
+    init = PendingWriteLedger.__init__
+
+    def tracked(self: PendingWriteLedger, *args: Any, **kwargs: Any) -> None:
+        made.add(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(PendingWriteLedger, "__init__", tracked)
+    yield
+    for ledger in list(made):
+        ledger.close()

@@ -339,7 +339,7 @@ def test_a_writer_that_ends_between_two_tickets_never_strands_the_second(
 
     journal = Journal(journal_dir)
     log = Log(journal)
-    writer = Writer(journal, log, lambda ticket: None, linger=0.0)
+    writer = Writer(journal, log, lambda ticket: None, lambda batch: None, linger=0.0)
     try:
         for i in range(200):
             intent = make_intent(f"acme/w{i}", request_id=f"w{i}")
