@@ -20,6 +20,8 @@ __all__ = [
     "ChangeFeedSource",
     "LiveRecordCensusCheck",
     "LiveRecordReading",
+    "PendingWritesCheck",
+    "PendingWritesSource",
 ]
 
 
@@ -298,3 +300,84 @@ class ChangeFeedCheck:
                 data,
             )
         return HealthCheckResult.healthy(summary, data)
+
+
+# -- the pending writes check ---------------------------------------------------------------------
+
+
+class PendingWritesSnapshot(Protocol):
+    """What :class:`PendingWritesCheck` reads (``rxmesh.ledger.LedgerStatistics`` is one)."""
+
+    @property
+    def pending(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def settled(self) -> int: ...
+    @property
+    def durable_timeouts(self) -> int: ...
+    @property
+    def journal_fault(self) -> str | None: ...
+    @property
+    def journal_lost(self) -> bool: ...
+
+
+class PendingWritesSource(Protocol):
+    """A pending-write ledger (``rxmesh.ledger.PendingWriteLedger`` is one)."""
+
+    def statistics(self) -> PendingWritesSnapshot:
+        """The ledger's current figures."""
+        ...
+
+
+class PendingWritesCheck:
+    """The health check of a pending-write ledger and its journal.
+
+    UNHEALTHY "PENDING WRITES: <why>; writes answered UNAVAILABLE are NOT recorded" once the
+    journal's directory was deleted or moved away (it does not come back by itself: restart the
+    process with a journal directory that exists). DEGRADED with the same wording while the
+    journal's durable step has not returned for longer than the ledger's ``durable_timeout`` (a
+    disk or file system that does not answer); DEGRADED "PENDING WRITES: N write(s) answered
+    UNAVAILABLE wait for the store to answer again" while intents wait for their re-issue;
+    otherwise HEALTHY. Register it as a readiness check.
+
+    Example:
+        ```python
+        registry.register("pending-writes", PendingWritesCheck(mesh.ledger), tags=("ready",))
+        ```
+
+    Args:
+        ledger: the ledger (anything with ``statistics()``).
+    """
+
+    PREFIX = "PENDING WRITES"
+
+    def __init__(self, ledger: PendingWritesSource) -> None:
+        self._ledger = ledger
+
+    def __call__(self) -> HealthCheckResult:
+        """The ledger's current health."""
+        stats = self._ledger.statistics()
+        waiting = stats.pending + stats.in_flight
+        data: dict[str, Any] = {
+            "pending": stats.pending,
+            "inFlight": stats.in_flight,
+            "settled": stats.settled,
+            "durableTimeouts": stats.durable_timeouts,
+        }
+        fault = stats.journal_fault
+        if fault is not None:
+            data["journalFault"] = fault
+            text = f"{self.PREFIX}: {fault}; writes answered UNAVAILABLE are NOT recorded"
+            if stats.journal_lost:
+                return HealthCheckResult.unhealthy(text, data)
+            return HealthCheckResult.degraded(text, data)
+        if waiting:
+            return HealthCheckResult.degraded(
+                f"{self.PREFIX}: {waiting} write(s) answered UNAVAILABLE wait for the store to "
+                "answer again (re-issued once on evidence)",
+                data,
+            )
+        return HealthCheckResult.healthy(
+            f"{self.PREFIX}: none waiting ({stats.settled} settled)", data
+        )

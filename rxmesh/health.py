@@ -29,6 +29,8 @@ from rxmesh._health_checks import (
     ChangeFeedSource,
     LiveRecordCensusCheck,
     LiveRecordReading,
+    PendingWritesCheck,
+    PendingWritesSource,
 )
 from rxmesh._health_model import (
     HealthCheck,
@@ -53,6 +55,8 @@ __all__ = [
     "HealthStatus",
     "LiveRecordCensusCheck",
     "LiveRecordReading",
+    "PendingWritesCheck",
+    "PendingWritesSource",
     "asgi_app",
 ]
 

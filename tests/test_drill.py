@@ -35,7 +35,7 @@ async def test_the_drill_passes_on_the_embedded_store_and_tells_the_story() -> N
         "-> UNAVAILABLE; journaled",
         "interrupted the census subscription — re-opening (1/5) in 0.1s",
         "DEGRADED",
-        "PENDING WRITES: 3 create(s) answered UNAVAILABLE",
+        "PENDING WRITES: 3 write(s) answered UNAVAILABLE",
         "change-feed gap declared",
         "-> LANDED",
         "library default 250, 500, 1000 ms",

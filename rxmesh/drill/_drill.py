@@ -20,12 +20,12 @@ from rxmesh.census import LiveRecordCensus
 from rxmesh.drill._timeline import Timeline
 from rxmesh.drill.invariants import RequestAccount
 from rxmesh.health import (
-    HealthCheckResult,
     HealthRegistry,
     HealthReport,
     HealthStatus,
     LiveRecordCensusCheck,
     LiveRecordReading,
+    PendingWritesCheck,
 )
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome, read_journal
 from rxmesh.mesh import Mesh
@@ -211,7 +211,8 @@ class Drill:
         self.census_count: int | None = None
         self.health = HealthRegistry()
         self.health.register("live-record-census", self.census_check, tags=("ready",))
-        self.health.register("pending-writes", self._pending_check, tags=("ready",))
+        pending_check = PendingWritesCheck(self.mesh.ledger)
+        self.health.register("pending-writes", pending_check, tags=("ready",))
         self.cache: SyncedQueryCache[NodeQuery, QueryFrame] = SyncedQueryCache(
             self._open_query, idle_grace=0.0
         )
@@ -221,20 +222,6 @@ class Drill:
     def _open_query(self, query: NodeQuery) -> Observable[QueryFrame]:
         """The store's live query behind the retry ladder."""
         return self.backend.store.query(query).pipe(retry_transient_connect(self.retry_delays))
-
-    def _pending_check(self) -> HealthCheckResult:
-        stats = self.mesh.ledger.statistics()
-        waiting = stats.pending + stats.in_flight
-        data = {"pending": stats.pending, "inFlight": stats.in_flight, "settled": stats.settled}
-        if waiting:
-            return HealthCheckResult.degraded(
-                f"PENDING WRITES: {waiting} create(s) answered UNAVAILABLE wait for the store to "
-                "answer again (re-issued once on evidence)",
-                data,
-            )
-        return HealthCheckResult.healthy(
-            f"PENDING WRITES: none waiting ({stats.settled} settled)", data
-        )
 
     def start_census(self) -> None:
         """The live record census (:class:`~rxmesh.census.LiveRecordCensus`): a standing watch

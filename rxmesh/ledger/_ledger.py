@@ -95,6 +95,7 @@ class PendingWriteLedger(LedgerCore):
             )
         self._durable_timeout = float(durable_timeout)
         self._timeouts = 0
+        self._expired_step: float | None = None  # the writer's step_since when one expired
         if journal_dir is None:
             journal_dir = os.environ.get(JOURNAL_DIR_ENV) or None
         elif not os.fspath(journal_dir):
@@ -355,6 +356,8 @@ class PendingWriteLedger(LedgerCore):
                 return False
             ticket.expired = True
             self._timeouts += 1
+            if self._writer is not None:
+                self._expired_step = self._writer.step_since
             where = "" if self._journal is None else str(self._journal.directory)
             error = JournalError(
                 f"the durable step of pending-write journal {where!r} did not return within "
@@ -442,7 +445,7 @@ class PendingWriteLedger(LedgerCore):
         since = writer.step_since
         if since is not None:
             waited = time.monotonic() - since
-            if waited > self._durable_timeout:
+            if waited > self._durable_timeout or since == self._expired_step:
                 return (
                     f"the durable step of pending-write journal {str(self.journal_dir)!r} has not "
                     f"returned for {waited:.1f} s (bound {self._durable_timeout:g} s): records are "
@@ -608,6 +611,7 @@ class PendingWriteLedger(LedgerCore):
                 group_commits=0 if self._writer is None else self._writer.groups,
                 durable_timeouts=self._timeouts,
                 journal_fault=self.journal_fault,
+                journal_lost=self.journal_lost,
             )
 
     def __repr__(self) -> str:

@@ -146,6 +146,8 @@ class LedgerStatistics:
             return within the ledger's ``durable_timeout``.
         journal_fault: why records are answered NOT recorded now (the journal's directory was
             deleted or moved away, or its durable step is stuck), else ``None``.
+        journal_lost: whether that is because the directory was deleted or moved away (it does
+            not come back by itself).
     """
 
     journal_dir: str | None
@@ -166,6 +168,7 @@ class LedgerStatistics:
     conflicts: int = 0
     durable_timeouts: int = 0
     journal_fault: str | None = None
+    journal_lost: bool = False
 
     @property
     def settled(self) -> int:
