@@ -10,6 +10,7 @@ health says why. Real directories, a real ``rm -rf`` (``shutil.rmtree``) and a r
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ async def test_a_renamed_journal_answers_not_recorded_and_strands_nothing(
     ledger = PendingWriteLedger(journal_dir)
     assert await ledger.record_durably(make_intent("acme/before", request_id="r0")) is True
     moved = journal_dir.with_name("journal.old")
-    journal_dir.rename(moved)
+    os.rename(journal_dir, moved)
 
     with pytest.raises(JournalError, match="moved away"):
         await ledger.record_durably(make_intent("acme/after", request_id="r1"))

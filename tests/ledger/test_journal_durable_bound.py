@@ -1,0 +1,261 @@
+"""The durable step has a bound (issue 31 item 6): a journal that stops answering holds no answer.
+
+With ``durable_timeout`` past, a record is answered NOT recorded and rolled back; the late step,
+if it ever returns, is taken back (a restore entry in the log, the previous file or none), so no
+later process re-issues what its caller was told was not recorded. The disk is made not to
+answer by a gate on ``fdatasync``/``fsync`` (deterministic: it stays shut until the test opens
+it, whatever the bound), and by ``fsfreeze`` of a real loop-mounted ext4 when run as root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rxmesh.health import HealthStatus, PendingWritesCheck
+from rxmesh.ledger import JournalError, PendingWriteLedger, PendingWriteOutcome
+from rxmesh.operations import Verdict
+from tests.ledger._blocking import BOUND, FdatasyncGate
+from tests.ledger._fakes import make_intent
+
+SHORT = 0.05  # seconds: the gate is shut for longer, however slow the machine
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> FdatasyncGate:
+    """Shuts the log's ``fdatasync`` and the format-1 files' ``fsync`` alike."""
+    gate = FdatasyncGate()
+    monkeypatch.setattr(os, "fdatasync", gate)
+    monkeypatch.setattr(os, "fsync", gate)
+    return gate
+
+
+def _reloaded(journal_dir: Path) -> list[tuple[str, str]]:
+    """What a new ledger over ``journal_dir`` (a new process) would re-issue."""
+    ledger = PendingWriteLedger(journal_dir)
+    try:
+        return sorted((i.path, i.request_id) for i in ledger.pending())
+    finally:
+        ledger.close()
+
+
+def _late(ledger: PendingWriteLedger, gate: FdatasyncGate) -> None:
+    """The disk answers again: the late step returns (close waits for the writer thread)."""
+    gate.open()
+    ledger.close()
+
+
+async def test_a_record_past_the_bound_is_answered_not_recorded_and_never_reissued(
+    journal_dir: Path, gate: FdatasyncGate
+) -> None:
+    """Fails at 1d389e8 because the ledger had no bound (no ``durable_timeout``): the record
+    waited for the disk for ever, and once it answered the intent was re-issued."""
+    ledger = PendingWriteLedger(journal_dir, durable_timeout=SHORT)
+    gate.close()
+
+    async with asyncio.timeout(BOUND):
+        with pytest.raises(JournalError, match="did not return within 0.05 s"):
+            await ledger.record_durably(make_intent())
+
+    assert gate.entered.is_set()  # it was written, and its fdatasync had not returned
+    assert ledger.pending() == ()
+    assert ledger.statistics().durable_timeouts == 1
+    health = PendingWritesCheck(ledger)()
+    assert health.status is HealthStatus.DEGRADED
+    assert "has not returned" in health.description
+    _late(ledger, gate)
+    assert _reloaded(journal_dir) == []  # the late entry was taken back
+
+
+async def test_a_bulk_past_the_bound_records_none_of_its_nodes(
+    journal_dir: Path, gate: FdatasyncGate
+) -> None:
+    """Fails at 1d389e8 (no bound: the bulk's answer waited for the disk)."""
+    ledger = PendingWriteLedger(journal_dir, durable_timeout=SHORT)
+    gate.close()
+    intents = [make_intent(f"acme/bulk/n{i}", request_id="bulk") for i in range(600)]
+
+    async with asyncio.timeout(BOUND):
+        results = await ledger.record_many_durably(intents)
+
+    assert all(isinstance(r, JournalError) for r in results)
+    assert ledger.pending() == ()
+    _late(ledger, gate)
+    assert _reloaded(journal_dir) == []
+
+
+def test_a_synchronous_record_past_the_bound_is_not_recorded(
+    journal_dir: Path, gate: FdatasyncGate
+) -> None:
+    """Fails at 1d389e8: ``record`` wrote its file on the caller's thread, unbounded."""
+    ledger = PendingWriteLedger(journal_dir, durable_timeout=SHORT)
+    gate.close()
+
+    with pytest.raises(JournalError, match="NOT recorded"):
+        ledger.record(make_intent())
+
+    assert ledger.pending() == ()
+    _late(ledger, gate)
+    assert _reloaded(journal_dir) == []  # its file, written late, was removed
+
+
+@pytest.mark.parametrize("durably", [True, False], ids=["log", "file"])
+async def test_a_replacement_past_the_bound_leaves_the_replaced_intent_standing(
+    journal_dir: Path, gate: FdatasyncGate, durably: bool
+) -> None:
+    """The same requester's second record of a path times out: the first intent stays pending,
+    is not settled, and is what the next process finds (the late write restored it). Fails at
+    1d389e8 (no bound)."""
+    ledger = PendingWriteLedger(journal_dir, durable_timeout=SHORT)
+    first = make_intent(request_id="r1")
+    settled: list[PendingWriteOutcome] = []
+    ledger.outcomes.subscribe(settled.append)
+    if durably:
+        assert await ledger.record_durably(first) is True
+    else:
+        assert await asyncio.to_thread(ledger.record, first) is True
+    gate.close()
+
+    second = make_intent(request_id="r2")
+    async with asyncio.timeout(BOUND):
+        if durably:
+            with pytest.raises(JournalError, match="NOT recorded"):
+                await ledger.record_durably(second)
+        else:
+            with pytest.raises(JournalError, match="NOT recorded"):
+                await asyncio.to_thread(ledger.record, second)
+
+    assert [i.request_id for i in ledger.pending()] == ["r1"]
+    assert settled == []  # r1 was not superseded by what was not recorded
+    _late(ledger, gate)
+    assert _reloaded(journal_dir) == [("acme/docs/readme", "r1")]
+
+
+async def test_an_intent_settled_while_its_replacement_timed_out_is_not_reissued(
+    journal_dir: Path, gate: FdatasyncGate
+) -> None:
+    """r1 is taken and settled while r2's step hangs and expires: once the step returns, the
+    path holds nothing on disk (neither r2, told NOT recorded, nor the settled r1)."""
+    ledger = PendingWriteLedger(journal_dir, durable_timeout=SHORT)
+    assert await ledger.record_durably(make_intent(request_id="r1")) is True
+    (taken,) = ledger.take_all()
+    gate.close()
+
+    async with asyncio.timeout(BOUND):
+        with pytest.raises(JournalError, match="NOT recorded"):
+            await ledger.record_durably(make_intent(request_id="r2"))
+    ledger.settle(taken, PendingWriteOutcome(intent=taken, verdict=Verdict.LANDED))
+
+    _late(ledger, gate)
+    assert _reloaded(journal_dir) == []
+
+
+# -- negative controls ----------------------------------------------------------------------------
+
+
+async def test_a_durable_step_within_the_bound_still_records(
+    journal_dir: Path, gate: FdatasyncGate
+) -> None:
+    """The negative control: the disk is slow (the gate shut until the writer is inside its
+    fdatasync) but answers within the bound; the intent is recorded, and reloaded."""
+    ledger = PendingWriteLedger(journal_dir, durable_timeout=BOUND)
+    gate.close()
+    task = asyncio.create_task(ledger.record_durably(make_intent()))
+    await gate.wait_entered()
+    gate.open()
+
+    async with asyncio.timeout(BOUND):
+        assert await task is True
+
+    assert ledger.statistics().durable_timeouts == 0
+    assert ledger.statistics().journal_fault is None
+    ledger.close()
+    assert _reloaded(journal_dir) == [("acme/docs/readme", "req-1")]
+
+
+def test_a_synchronous_record_within_the_bound_still_records(
+    journal_dir: Path, gate: FdatasyncGate
+) -> None:
+    """The negative control of the synchronous record: an open gate, the default bound."""
+    ledger = PendingWriteLedger(journal_dir)
+    assert ledger.record(make_intent()) is True
+    ledger.close()
+    assert _reloaded(journal_dir) == [("acme/docs/readme", "req-1")]
+
+
+@pytest.mark.parametrize("bound", [0, -1, float("inf"), float("nan"), "2"])
+def test_the_bound_must_be_a_positive_number_of_seconds(journal_dir: Path, bound: object) -> None:
+    with pytest.raises(ValueError, match="durable_timeout"):
+        PendingWriteLedger(journal_dir, durable_timeout=bound)  # type: ignore[arg-type]
+
+
+# -- a real file system that stops answering --------------------------------------------------------
+
+
+def _frozen_fs_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "fsfreeze and mount -o loop need root"
+    for tool in ("fsfreeze", "mkfs.ext4", "mount", "umount"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    return None
+
+
+@pytest.fixture
+def frozen_capable_dir() -> Iterator[Path]:
+    """A fresh ext4 on a loop device, mounted on a temp dir; unmounted (and thawed) after."""
+    why = _frozen_fs_unavailable()
+    if why is not None:
+        pytest.skip(why)
+    base = Path(tempfile.mkdtemp(prefix="rxmesh-freeze-"))
+    image, mount = base / "fs.img", base / "mnt"
+    mount.mkdir()
+    with image.open("wb") as f:
+        f.truncate(32 * 1024 * 1024)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, timeout=60)
+    done = subprocess.run(
+        ["mount", "-o", "loop", str(image), str(mount)], capture_output=True, timeout=60
+    )
+    if done.returncode != 0:
+        shutil.rmtree(base)
+        pytest.skip(f"cannot loop-mount a file system here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["fsfreeze", "-u", str(mount)], capture_output=True, timeout=60)
+        subprocess.run(["umount", str(mount)], check=True, timeout=60)
+        shutil.rmtree(base)
+
+
+async def test_a_frozen_file_system_answers_every_record_within_the_bound(
+    frozen_capable_dir: Path,
+) -> None:
+    """21 records on a frozen ext4 are all answered NOT recorded within the bound; thawed,
+    the late step is taken back and a new ledger finds only what was recorded before. Fails at
+    1d389e8: 0 of 21 were answered while frozen (no bound)."""
+    journal_dir = frozen_capable_dir / "journal"
+    ledger = PendingWriteLedger(journal_dir, durable_timeout=0.5)
+    try:
+        assert await ledger.record_durably(make_intent("acme/before", request_id="r0")) is True
+        subprocess.run(["fsfreeze", "-f", str(frozen_capable_dir)], check=True, timeout=60)
+        try:
+            records = [
+                ledger.record_durably(make_intent(f"acme/frozen/{i}", request_id=f"f{i}"))
+                for i in range(21)
+            ]
+            async with asyncio.timeout(BOUND):
+                results = await asyncio.gather(*records, return_exceptions=True)
+            assert all(isinstance(r, JournalError) for r in results), results
+            assert "has not returned" in (ledger.journal_fault or "")
+        finally:
+            subprocess.run(["fsfreeze", "-u", str(frozen_capable_dir)], check=True, timeout=60)
+    finally:
+        ledger.close()  # the late step returns once thawed; it is taken back
+    assert _reloaded(journal_dir) == [("acme/before", "r0")]
