@@ -61,7 +61,7 @@ async def test_a_record_past_the_bound_is_answered_not_recorded_and_never_reissu
     gate.close()
 
     async with asyncio.timeout(BOUND):
-        with pytest.raises(JournalError, match="did not return within 0.05 s"):
+        with pytest.raises(JournalError, match=r"did not return within 0\.05 s"):
             await ledger.record_durably(make_intent())
 
     assert gate.entered.is_set()  # it was written, and its fdatasync had not returned
@@ -196,7 +196,7 @@ def test_the_bound_must_be_a_positive_number_of_seconds(journal_dir: Path, bound
         PendingWriteLedger(journal_dir, durable_timeout=bound)  # type: ignore[arg-type]
 
 
-# -- a real file system that stops answering --------------------------------------------------------
+# -- a real file system that stops answering ------------------------------------------------------
 
 
 def _frozen_fs_unavailable() -> str | None:
@@ -206,6 +206,10 @@ def _frozen_fs_unavailable() -> str | None:
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
     return None
+
+
+def _fsfreeze(flag: str, mount: Path) -> None:
+    subprocess.run(["fsfreeze", flag, str(mount)], check=True, timeout=60)
 
 
 @pytest.fixture
@@ -244,7 +248,7 @@ async def test_a_frozen_file_system_answers_every_record_within_the_bound(
     ledger = PendingWriteLedger(journal_dir, durable_timeout=0.5)
     try:
         assert await ledger.record_durably(make_intent("acme/before", request_id="r0")) is True
-        subprocess.run(["fsfreeze", "-f", str(frozen_capable_dir)], check=True, timeout=60)
+        await asyncio.to_thread(_fsfreeze, "-f", frozen_capable_dir)
         try:
             records = [
                 ledger.record_durably(make_intent(f"acme/frozen/{i}", request_id=f"f{i}"))
@@ -255,7 +259,7 @@ async def test_a_frozen_file_system_answers_every_record_within_the_bound(
             assert all(isinstance(r, JournalError) for r in results), results
             assert "has not returned" in (ledger.journal_fault or "")
         finally:
-            subprocess.run(["fsfreeze", "-u", str(frozen_capable_dir)], check=True, timeout=60)
+            await asyncio.to_thread(_fsfreeze, "-u", frozen_capable_dir)
     finally:
         ledger.close()  # the late step returns once thawed; it is taken back
     assert _reloaded(journal_dir) == [("acme/before", "r0")]
