@@ -4,7 +4,8 @@ Every verb's unreachable arm (create, the bulk create, update, delete, move) ans
 and records a :class:`PendingWrite` in the mesh's :class:`PendingWriteLedger` (durably, in a
 private journal directory, when one is set:
 ``await ledger.record_durably(intent)`` group-commits on the journal's writer thread, the
-synchronous ``ledger.record(intent)`` writes the intent's own file on the caller's thread).
+synchronous ``ledger.record(intent)`` waits while that thread writes the intent's own file; both
+wait at most ``durable_timeout`` seconds, and count only in the journal's own directory).
 :class:`PendingWriteRecovery` re-issues every pending intent when the store shows it answers
 again (a declared change-feed gap, an announced commit) — never on a timer — and each settles as
 one :class:`~rxmesh.operations.Verdict`, published as a :class:`PendingWriteOutcome` on
@@ -16,6 +17,7 @@ from __future__ import annotations
 from rxmesh.ledger._inspect import read_journal
 from rxmesh.ledger._journal import JournalError
 from rxmesh.ledger._ledger import (
+    DEFAULT_DURABLE_TIMEOUT,
     JOURNAL_DIR_ENV,
     PendingWriteHeldError,
     PendingWriteLedger,
@@ -32,6 +34,7 @@ from rxmesh.ledger._recovery import (
 from rxmesh.ledger._verbs import Answer
 
 __all__ = [
+    "DEFAULT_DURABLE_TIMEOUT",
     "DEFAULT_MAX_CONCURRENT_REISSUES",
     "JOURNAL_DIR_ENV",
     "Answer",
