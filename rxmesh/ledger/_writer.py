@@ -49,7 +49,7 @@ class Op:
     written: bool = False  # durable: appended (and synced) to the log, or its file written
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Ticket:
     """One caller's durable step, and how its caller learns the result.
 
@@ -71,6 +71,11 @@ class Ticket:
     abandoned: bool = False
     expired: bool = False  # past the ledger's bound: answered NOT recorded, taken back if written
     completing: bool = False  # its durable step returned in time: it can no longer expire
+
+    def __repr__(self) -> str:
+        # Short: asyncio's debug mode takes the repr of a cancelled timer's arguments, and a
+        # bulk's ticket holds 10,000 intents.
+        return f"<Ticket of {len(self.ops)} op(s)>"
 
     def wait(self) -> object:
         """Block until the step is done (synchronous callers); its result, or raise its error."""
