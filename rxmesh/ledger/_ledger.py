@@ -95,7 +95,7 @@ class PendingWriteLedger(LedgerCore):
             )
         self._durable_timeout = float(durable_timeout)
         self._timeouts = 0
-        self._expired_step: float | None = None  # the writer's step_since when one expired
+        self._expired_at_step: int | None = None  # writer.steps when a record last expired
         if journal_dir is None:
             journal_dir = os.environ.get(JOURNAL_DIR_ENV) or None
         elif not os.fspath(journal_dir):
@@ -320,7 +320,7 @@ class PendingWriteLedger(LedgerCore):
         for ticket in tickets:  # every one shares the bulk's results
             if ticket.queued:
                 assert ticket.waiter is not None
-                timer = loop.call_at(deadline, self._expire_waiter, ticket)
+                timer = self._arm_deadline(loop, deadline, ticket)
                 try:
                     # A cancelled caller cancels only this wait: the record completes (and
                     # publishes).
@@ -331,10 +331,21 @@ class PendingWriteLedger(LedgerCore):
 
     # ------------------------------------------------------------------ the durable step's bound
 
+    def _arm_deadline(
+        self, loop: asyncio.AbstractEventLoop, deadline: float, ticket: Ticket
+    ) -> asyncio.TimerHandle:
+        """When the awaited ``ticket`` is past its bound (tests replace this: injected time)."""
+        return loop.call_at(deadline, self._expire_waiter, ticket)
+
+    def _step_returned(self, ticket: Ticket) -> bool:
+        """Block until ``ticket``'s step returned, at most the bound; say if it did (tests
+        replace this: injected time)."""
+        return ticket.done.wait(self._durable_timeout)
+
     def _wait_bounded(
         self, ticket: Ticket
     ) -> tuple[list[RecordResult], list[PendingWriteOutcome]]:
-        if not ticket.done.wait(self._durable_timeout) and self._expire(ticket):
+        if not self._step_returned(ticket) and self._expire(ticket):
             context = ticket.context
             assert isinstance(context, _Record)
             return context.results, []
@@ -357,7 +368,7 @@ class PendingWriteLedger(LedgerCore):
             ticket.expired = True
             self._timeouts += 1
             if self._writer is not None:
-                self._expired_step = self._writer.step_since
+                self._expired_at_step = self._writer.steps
             where = "" if self._journal is None else str(self._journal.directory)
             error = JournalError(
                 f"the durable step of pending-write journal {where!r} did not return within "
@@ -443,14 +454,16 @@ class PendingWriteLedger(LedgerCore):
         if lost is not None:
             return str(lost)
         since = writer.step_since
-        if since is not None:
-            waited = time.monotonic() - since
-            if waited > self._durable_timeout or since == self._expired_step:
-                return (
-                    f"the durable step of pending-write journal {str(self.journal_dir)!r} has not "
-                    f"returned for {waited:.1f} s (bound {self._durable_timeout:g} s): records are "
-                    "answered NOT recorded"
-                )
+        waited = None if since is None else time.monotonic() - since
+        if (waited is not None and waited > self._durable_timeout) or (
+            self._expired_at_step == writer.steps  # no step has returned since one expired
+        ):
+            return (
+                f"the durable step of pending-write journal {str(self.journal_dir)!r} has not "
+                f"returned within {self._durable_timeout:g} s"
+                + ("" if waited is None else f" (waiting for {waited:.1f} s)")
+                + ": records are answered NOT recorded"
+            )
         return None
 
     @property

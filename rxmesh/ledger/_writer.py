@@ -138,6 +138,7 @@ class Writer:
         self._groups = 0
         self.lost: DirectoryLost | None = None  # the last durable step found the directory gone
         self.step_since: float | None = None  # monotonic start of the durable step in progress
+        self.steps = 0  # durable steps that returned (or failed)
 
     @property
     def groups(self) -> int:
@@ -239,6 +240,7 @@ class Writer:
             return
         finally:
             self.step_since = None
+            self.steps += 1
         for ticket in batch:
             try:
                 self._complete(ticket)

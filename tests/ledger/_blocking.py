@@ -30,6 +30,10 @@ class FdatasyncGate:
             raise self.fail_with
         self._real(fd)
 
+    @property
+    def is_open(self) -> bool:
+        return self._open.is_set()
+
     def close(self) -> None:
         self.entered.clear()
         self._open.clear()

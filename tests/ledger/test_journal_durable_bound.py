@@ -4,7 +4,8 @@ With ``durable_timeout`` past, a record is answered NOT recorded and rolled back
 if it ever returns, is taken back (a restore entry in the log, the previous file or none), so no
 later process re-issues what its caller was told was not recorded. The disk is made not to
 answer by a gate on ``fdatasync``/``fsync`` (deterministic: it stays shut until the test opens
-it, whatever the bound), and by ``fsfreeze`` of a real loop-mounted ext4 when run as root.
+it), with the deadlines injected (they pass when the test says, never by the clock), and by
+``fsfreeze`` of a real loop-mounted ext4 when run as root.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 
 from rxmesh.health import HealthStatus, PendingWritesCheck
 from rxmesh.ledger import JournalError, PendingWriteLedger, PendingWriteOutcome
+from rxmesh.ledger._writer import Ticket
 from rxmesh.operations import Verdict
 from tests.ledger._blocking import BOUND, FdatasyncGate
 from tests.ledger._fakes import make_intent
@@ -46,25 +48,91 @@ def _reloaded(journal_dir: Path) -> list[tuple[str, str]]:
         ledger.close()
 
 
+def _every_byte(journal_dir: Path) -> bytes:
+    return b"".join(f.read_bytes() for f in sorted(journal_dir.iterdir()))
+
+
 def _late(ledger: PendingWriteLedger, gate: FdatasyncGate) -> None:
     """The disk answers again: the late step returns (close waits for the writer thread)."""
     gate.open()
     ledger.close()
 
 
+class Deadlines:
+    """Injected time: a record's deadline passes when the test says so, never by the clock.
+
+    An awaited record's deadline is armed (:meth:`PendingWriteLedger._arm_deadline`) and passes
+    at :meth:`pass_all`; a synchronous record's passes once the writer is inside its step with
+    the gate shut (with the gate open, never).
+    """
+
+    def __init__(self, gate: FdatasyncGate) -> None:
+        self.gate = gate
+        self.armed: list[tuple[PendingWriteLedger, Ticket]] = []
+
+    def arm(
+        self, ledger: PendingWriteLedger, loop: object, deadline: float, ticket: Ticket
+    ) -> _Unarmed:
+        self.armed.append((ledger, ticket))
+        return _Unarmed()
+
+    def step_returned(self, ledger: PendingWriteLedger, ticket: Ticket) -> bool:
+        if self.gate.is_open:  # the disk answers: the step returns within the bound
+            return ticket.done.wait(BOUND)
+        if not self.gate.entered.wait(BOUND):
+            raise AssertionError("the writer never reached its fsync")
+        return False  # the deadline passed while the step was inside the disk
+
+    async def armed_count(self, count: int) -> None:
+        async with asyncio.timeout(BOUND):
+            # Armed by the record's own task, a step or two away.
+            while len(self.armed) < count:  # noqa: ASYNC110
+                await asyncio.sleep(0)
+
+    def pass_all(self, start: int = 0) -> None:
+        for ledger, ticket in self.armed[start:]:
+            ledger._expire_waiter(ticket)
+
+
+class _Unarmed:
+    def cancel(self) -> None:
+        pass
+
+
+@pytest.fixture
+def deadlines(gate: FdatasyncGate, monkeypatch: pytest.MonkeyPatch) -> Deadlines:
+    deadlines = Deadlines(gate)
+    monkeypatch.setattr(
+        PendingWriteLedger,
+        "_arm_deadline",
+        lambda ledger, loop, deadline, ticket: deadlines.arm(ledger, loop, deadline, ticket),
+    )
+    monkeypatch.setattr(
+        PendingWriteLedger,
+        "_step_returned",
+        lambda ledger, ticket: deadlines.step_returned(ledger, ticket),
+    )
+    return deadlines
+
+
 async def test_a_record_past_the_bound_is_answered_not_recorded_and_never_reissued(
-    journal_dir: Path, gate: FdatasyncGate
+    journal_dir: Path, gate: FdatasyncGate, deadlines: Deadlines
 ) -> None:
-    """Fails at 1d389e8 because the ledger had no bound (no ``durable_timeout``): the record
-    waited for the disk for ever, and once it answered the intent was re-issued."""
+    """Its entry is written and its fdatasync has not returned when the deadline passes: NOT
+    recorded; the late step is taken back. Fails at 1d389e8 because the ledger had no bound
+    (no ``durable_timeout``): the record waited for the disk for ever, and once the disk
+    answered, the intent was re-issued."""
     ledger = PendingWriteLedger(journal_dir, durable_timeout=SHORT)
     gate.close()
+    task = asyncio.create_task(ledger.record_durably(make_intent()))
+    await gate.wait_entered()
+    await deadlines.armed_count(1)
+
+    deadlines.pass_all()
 
     async with asyncio.timeout(BOUND):
         with pytest.raises(JournalError, match=r"did not return within 0\.05 s"):
-            await ledger.record_durably(make_intent())
-
-    assert gate.entered.is_set()  # it was written, and its fdatasync had not returned
+            await task
     assert ledger.pending() == ()
     assert ledger.statistics().durable_timeouts == 1
     health = PendingWritesCheck(ledger)()
@@ -74,17 +142,50 @@ async def test_a_record_past_the_bound_is_answered_not_recorded_and_never_reissu
     assert _reloaded(journal_dir) == []  # the late entry was taken back
 
 
+async def test_a_record_expired_while_queued_is_never_written(
+    journal_dir: Path, gate: FdatasyncGate, deadlines: Deadlines
+) -> None:
+    """B waits behind A's group, whose fdatasync hangs; B's deadline passes (not A's): B is NOT
+    recorded and never written, A is recorded once the disk answers (its deadline never
+    passed: the negative control)."""
+    ledger = PendingWriteLedger(journal_dir, durable_timeout=SHORT)
+    gate.close()
+    first = asyncio.create_task(ledger.record_durably(make_intent("acme/a", request_id="a")))
+    await gate.wait_entered()
+    await deadlines.armed_count(1)
+    second = asyncio.create_task(ledger.record_durably(make_intent("acme/b", request_id="b")))
+    await deadlines.armed_count(2)
+
+    deadlines.pass_all(start=1)
+
+    async with asyncio.timeout(BOUND):
+        with pytest.raises(JournalError, match="NOT recorded"):
+            await second
+        gate.open()
+        assert await first is True
+    assert [i.path for i in ledger.pending()] == ["acme/a"]
+    ledger.close()
+    written = await asyncio.to_thread(_every_byte, journal_dir)
+    assert b"acme/a" in written
+    assert b"acme/b" not in written  # B's group wrote nothing
+    assert _reloaded(journal_dir) == [("acme/a", "a")]
+
+
 async def test_a_bulk_past_the_bound_records_none_of_its_nodes(
-    journal_dir: Path, gate: FdatasyncGate
+    journal_dir: Path, gate: FdatasyncGate, deadlines: Deadlines
 ) -> None:
     """Fails at 1d389e8 (no bound: the bulk's answer waited for the disk)."""
     ledger = PendingWriteLedger(journal_dir, durable_timeout=SHORT)
     gate.close()
     intents = [make_intent(f"acme/bulk/n{i}", request_id="bulk") for i in range(600)]
+    task = asyncio.create_task(ledger.record_many_durably(intents))
+    await gate.wait_entered()
+    await deadlines.armed_count(1)
+
+    deadlines.pass_all()
 
     async with asyncio.timeout(BOUND):
-        results = await ledger.record_many_durably(intents)
-
+        results = await task
     assert all(isinstance(r, JournalError) for r in results)
     assert ledger.pending() == ()
     _late(ledger, gate)
@@ -92,7 +193,7 @@ async def test_a_bulk_past_the_bound_records_none_of_its_nodes(
 
 
 def test_a_synchronous_record_past_the_bound_is_not_recorded(
-    journal_dir: Path, gate: FdatasyncGate
+    journal_dir: Path, gate: FdatasyncGate, deadlines: Deadlines
 ) -> None:
     """Fails at 1d389e8: ``record`` wrote its file on the caller's thread, unbounded."""
     ledger = PendingWriteLedger(journal_dir, durable_timeout=SHORT)
@@ -108,7 +209,7 @@ def test_a_synchronous_record_past_the_bound_is_not_recorded(
 
 @pytest.mark.parametrize("durably", [True, False], ids=["log", "file"])
 async def test_a_replacement_past_the_bound_leaves_the_replaced_intent_standing(
-    journal_dir: Path, gate: FdatasyncGate, durably: bool
+    journal_dir: Path, gate: FdatasyncGate, deadlines: Deadlines, durably: bool
 ) -> None:
     """The same requester's second record of a path times out: the first intent stays pending,
     is not settled, and is what the next process finds (the late write restored it). Fails at
@@ -126,8 +227,12 @@ async def test_a_replacement_past_the_bound_leaves_the_replaced_intent_standing(
     second = make_intent(request_id="r2")
     async with asyncio.timeout(BOUND):
         if durably:
+            task = asyncio.create_task(ledger.record_durably(second))
+            await gate.wait_entered()
+            await deadlines.armed_count(2)
+            deadlines.pass_all(start=1)
             with pytest.raises(JournalError, match="NOT recorded"):
-                await ledger.record_durably(second)
+                await task
         else:
             with pytest.raises(JournalError, match="NOT recorded"):
                 await asyncio.to_thread(ledger.record, second)
@@ -139,7 +244,7 @@ async def test_a_replacement_past_the_bound_leaves_the_replaced_intent_standing(
 
 
 async def test_an_intent_settled_while_its_replacement_timed_out_is_not_reissued(
-    journal_dir: Path, gate: FdatasyncGate
+    journal_dir: Path, gate: FdatasyncGate, deadlines: Deadlines
 ) -> None:
     """r1 is taken and settled while r2's step hangs and expires: once the step returns, the
     path holds nothing on disk (neither r2, told NOT recorded, nor the settled r1)."""
@@ -147,11 +252,31 @@ async def test_an_intent_settled_while_its_replacement_timed_out_is_not_reissued
     assert await ledger.record_durably(make_intent(request_id="r1")) is True
     (taken,) = ledger.take_all()
     gate.close()
+    task = asyncio.create_task(ledger.record_durably(make_intent(request_id="r2")))
+    await gate.wait_entered()
+    await deadlines.armed_count(2)
+
+    deadlines.pass_all(start=1)
 
     async with asyncio.timeout(BOUND):
         with pytest.raises(JournalError, match="NOT recorded"):
-            await ledger.record_durably(make_intent(request_id="r2"))
+            await task
     ledger.settle(taken, PendingWriteOutcome(intent=taken, verdict=Verdict.LANDED))
+    _late(ledger, gate)
+    assert _reloaded(journal_dir) == []
+
+
+async def test_the_deadline_is_armed_on_the_loop_clock(
+    journal_dir: Path, gate: FdatasyncGate
+) -> None:
+    """Without injected time: the real deadline fires and answers (whether the writer had
+    written the entry by then or not, the end is the same: NOT recorded, nothing reloaded)."""
+    ledger = PendingWriteLedger(journal_dir, durable_timeout=SHORT)
+    gate.close()
+
+    async with asyncio.timeout(BOUND):
+        with pytest.raises(JournalError, match="NOT recorded"):
+            await ledger.record_durably(make_intent())
 
     _late(ledger, gate)
     assert _reloaded(journal_dir) == []
