@@ -446,7 +446,8 @@ class PendingWriteLedger(LedgerCore):
     def journal_fault(self) -> str | None:
         """Why records are answered NOT recorded now, or ``None``: the journal's directory was
         deleted or moved away (it never comes back by itself: restart with a journal that
-        exists), or its durable step has not returned for longer than ``durable_timeout``."""
+        exists), or its durable step is stuck (a record expired waiting for it, or it is older
+        than ``durable_timeout``, and no step has returned since)."""
         writer = self._writer
         if writer is None:
             return None
