@@ -14,10 +14,10 @@ one :class:`~rxmesh.operations.Verdict`, published as a :class:`PendingWriteOutc
 
 from __future__ import annotations
 
+from rxmesh.ledger._bound import DEFAULT_DURABLE_TIMEOUT
 from rxmesh.ledger._inspect import read_journal
 from rxmesh.ledger._journal import JournalError
 from rxmesh.ledger._ledger import (
-    DEFAULT_DURABLE_TIMEOUT,
     JOURNAL_DIR_ENV,
     PendingWriteHeldError,
     PendingWriteLedger,

@@ -66,7 +66,6 @@ class _Record:
     reserved: list[_Reservation]
     loop: asyncio.AbstractEventLoop | None  # None: a synchronous caller publishes itself
     bulk: bool
-    late_removals: list[tuple[str, Format]] | None = None  # an expired ticket's, done late
 
 
 class LedgerCore:
@@ -141,7 +140,7 @@ class LedgerCore:
             index=index,
             fmt=fmt,
             prior=holder,
-            prior_fmt=self._format.get(path) if holder is not None else None,
+            prior_fmt=None if holder is None else self._format.get(path),
         )
         self._reserving.setdefault(path, []).append(reservation)
         self._newest[path] = intent
@@ -322,13 +321,6 @@ class LedgerCore:
         context = ticket.context
         if not isinstance(context, _Record):
             self._complete_removal(ticket)
-            return
-        with self._lock:
-            ticket.completing = not ticket.expired
-        if ticket.expired:  # answered NOT recorded and rolled back already (see _expire)
-            for path, fmt in context.late_removals or ():
-                self._remove_copy(path, fmt)
-            ticket.result = (context.results, [])
             return
         outcomes: list[PendingWriteOutcome] = []
         removals: list[tuple[str, Format]] = []

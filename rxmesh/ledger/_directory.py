@@ -1,4 +1,5 @@
-"""The journal directory's safety checks: who may redirect it, and opening it once (SPEC §5.1).
+"""The journal directory's safety checks: who may redirect it, opening it once, and whether the
+directory held open is still the one at its path (SPEC §5.1).
 
 Like OpenSSH's ``StrictModes``: every directory the lookup of the journal passes through must be
 owned by root or this uid and not writable by others (unless sticky); the directory itself must be
@@ -16,7 +17,7 @@ from loguru import logger
 
 from rxmesh.exceptions import JournalError
 
-__all__ = ["kind_of", "open_private_directory"]
+__all__ = ["DirectoryLost", "kind_of", "open_private_directory", "verify_held"]
 
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
@@ -199,3 +200,45 @@ def open_private_directory(given: str) -> tuple[Path, int]:
         os.close(fd)
         raise
     return directory, fd
+
+
+class DirectoryLost(JournalError):
+    """The directory the journal holds open is no longer the directory at its path (it was
+    deleted or moved away): what is written there is not what the next process will load."""
+
+
+def verify_held(directory: Path, fd: int) -> None:
+    """Check that ``fd``, the journal held open, is still the directory at ``directory``.
+
+    A descriptor keeps a deleted or renamed directory usable: writes there succeed and ``fsync``
+    returns, yet the next process, opening the path, never sees them. So a durable step counts
+    only once this holds: the held directory still has a link (``st_nlink > 0``) and a fresh
+    ``stat`` of the path names the same ``st_dev``/``st_ino``.
+
+    Raises:
+        DirectoryLost: it was deleted, or moved away (or something else is at the path now).
+    """
+    held = os.fstat(fd)
+    where = str(directory)
+    if held.st_nlink == 0:
+        raise DirectoryLost(
+            f"pending-write journal directory {where!r} was deleted while in use; what is "
+            "written there is lost at exit (restart with a journal directory that exists)",
+            path=where,
+        )
+    try:
+        current = os.stat(directory)
+    except OSError as exc:
+        raise DirectoryLost(
+            f"pending-write journal directory {where!r} is no longer at its path ({exc}); it "
+            "was moved away or deleted, and the next process would not find what is written "
+            "to it",
+            path=where,
+        ) from exc
+    if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+        raise DirectoryLost(
+            f"pending-write journal directory {where!r} was moved away or replaced while in "
+            "use: the path names another directory now, and the next process would not find "
+            "what is written to the one held open",
+            path=where,
+        )

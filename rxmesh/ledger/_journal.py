@@ -43,7 +43,7 @@ from loguru import logger
 from pydantic import ValidationError
 
 from rxmesh.exceptions import JournalError
-from rxmesh.ledger._directory import kind_of, open_private_directory
+from rxmesh.ledger._directory import DirectoryLost, kind_of, open_private_directory, verify_held
 from rxmesh.ledger._models import CREATE_ORIGINS, VERB_FIELDS, PendingWrite
 
 __all__ = [
@@ -71,11 +71,6 @@ _LOG_NAME = re.compile(r"(segment-\d{12}\.log|\.segment-\d{12}\.log\.tmp)")  # f
 
 class CorruptFile(Exception):
     """Internal: a journal file that cannot be trusted (the text says why)."""
-
-
-class DirectoryLost(JournalError):
-    """The directory the journal holds open is no longer the directory at its path (it was
-    deleted or moved away): what is written there is not what the next process will load."""
 
 
 def journal_file_name(path: str) -> str:
@@ -199,41 +194,14 @@ class Journal:
         return self._fd
 
     def verify_directory(self) -> None:
-        """Check that the directory held open is still the one at its path.
-
-        A descriptor keeps a deleted or renamed directory usable: writes there succeed and
-        ``fsync`` returns, yet the next process, opening the path, never sees them. So a durable
-        step counts only once this holds: the held directory still has a link
-        (``st_nlink > 0``) and a fresh ``stat`` of the path names the same ``st_dev``/``st_ino``.
+        """Check that the directory held open is still the one at its path (see
+        :func:`~rxmesh.ledger._directory.verify_held`).
 
         Raises:
             DirectoryLost: it was deleted, or moved away (or something else is at the path now).
             JournalError: the journal is closed.
         """
-        held = os.fstat(self._dir_fd())
-        where = str(self._directory)
-        if held.st_nlink == 0:
-            raise DirectoryLost(
-                f"pending-write journal directory {where!r} was deleted while in use; what is "
-                "written there is lost at exit (restart with a journal directory that exists)",
-                path=where,
-            )
-        try:
-            current = os.stat(self._directory)
-        except OSError as exc:
-            raise DirectoryLost(
-                f"pending-write journal directory {where!r} is no longer at its path ({exc}); it "
-                "was moved away or deleted, and the next process would not find what is written "
-                "to it",
-                path=where,
-            ) from exc
-        if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
-            raise DirectoryLost(
-                f"pending-write journal directory {where!r} was moved away or replaced while in "
-                "use: the path names another directory now, and the next process would not find "
-                "what is written to the one held open",
-                path=where,
-            )
+        verify_held(self._directory, self._dir_fd())
 
     def write(self, intent: PendingWrite) -> Path:
         """Write ``intent`` durably (temp, fsync, replace, fsync directory); return its file.

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import math
 import os
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,30 +10,22 @@ from loguru import logger
 from reactivex import Observable, abc
 
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
-from rxmesh.ledger._core import _NOTHING, Format, LedgerCore, RecordResult, _Record
+from rxmesh.ledger._bound import DEFAULT_DURABLE_TIMEOUT, BoundedLedger
+from rxmesh.ledger._core import _NOTHING, Format, RecordResult
 from rxmesh.ledger._journal import Journal
-from rxmesh.ledger._log import Log, encode_put
+from rxmesh.ledger._log import Log
 from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
 from rxmesh.ledger._publish import count_recorded, log_recorded
-from rxmesh.ledger._writer import Ticket, Writer
+from rxmesh.ledger._writer import Writer
 from rxmesh.operations import Verdict
 
-__all__ = [
-    "DEFAULT_DURABLE_TIMEOUT",
-    "JOURNAL_DIR_ENV",
-    "PendingWriteHeldError",
-    "PendingWriteLedger",
-    "RecordResult",
-]
+__all__ = ["JOURNAL_DIR_ENV", "PendingWriteHeldError", "PendingWriteLedger", "RecordResult"]
 
 JOURNAL_DIR_ENV = "RXMESH_PENDING_WRITES_DIR"
 """Environment variable naming the journal directory when the constructor is given none."""
 
-DEFAULT_DURABLE_TIMEOUT = 2.0
-"""Seconds a record waits for its durable step before it is answered NOT recorded."""
 
-
-class PendingWriteLedger(LedgerCore):
+class PendingWriteLedger(BoundedLedger):
     """Holds the creates the store could not be reached for, until each is re-issued once.
 
     One intent per path. A second record for the same path by the SAME requester replaces the
@@ -57,12 +46,9 @@ class PendingWriteLedger(LedgerCore):
     - :meth:`record` (synchronous, any thread): blocks its caller for the durable step (one file
       per intent, two ``fsync``\\ s, written by the writer thread).
 
-    A durable step counts only if it returned within ``durable_timeout`` seconds AND the
-    directory it wrote to is still the directory at the journal's path (not deleted, not moved
-    away). Otherwise the record raises (or, in a bulk, returns) :class:`JournalError`: the intent
-    is NOT recorded, nothing it would have replaced is settled, and if the late step ever
-    completes what it wrote is taken back, so no process re-issues it. :attr:`journal_fault`
-    (and health, :class:`rxmesh.health.PendingWritesCheck`) says why meanwhile.
+    A durable step counts only within ``durable_timeout`` and in the directory at the journal's
+    path (not deleted, not moved away); otherwise the record is NOT recorded
+    (:class:`JournalError`), a late step is taken back, and :attr:`journal_fault` says why.
 
     Call :meth:`close` when done with a journaled ledger: it commits what is queued, stops the
     writer thread and releases the directory (a ledger never closed leaves no thread for long and
@@ -88,14 +74,7 @@ class PendingWriteLedger(LedgerCore):
         *,
         durable_timeout: float = DEFAULT_DURABLE_TIMEOUT,
     ) -> None:
-        super().__init__()
-        if not (isinstance(durable_timeout, int | float) and 0 < durable_timeout < math.inf):
-            raise ValueError(
-                f"durable_timeout must be a positive number of seconds, got {durable_timeout!r}"
-            )
-        self._durable_timeout = float(durable_timeout)
-        self._timeouts = 0
-        self._expired_at_step: int | None = None  # writer.steps when a record last expired
+        super().__init__(durable_timeout)
         if journal_dir is None:
             journal_dir = os.environ.get(JOURNAL_DIR_ENV) or None
         elif not os.fspath(journal_dir):
@@ -274,7 +253,9 @@ class PendingWriteLedger(LedgerCore):
                 within ``durable_timeout``: the intent is NOT recorded (and nothing it would have
                 replaced was settled).
         """
-        (result,) = await self._record_async([intent], bulk=False)
+        if self._journal is None:  # in memory: nothing to wait for
+            return self.record(intent)
+        (result,) = await self._record_journaled([intent], bulk=False)
         if not isinstance(result, bool):
             raise result
         return result
@@ -295,182 +276,15 @@ class PendingWriteLedger(LedgerCore):
         Raises:
             JournalError: the ledger is closed (nothing recorded).
         """
-        return await self._record_async(list(intents), bulk=True)
-
-    async def _record_async(self, intents: list[PendingWrite], *, bulk: bool) -> list[RecordResult]:
-        if self._journal is None:  # in memory: nothing to wait for
-            results: list[RecordResult] = []
-            for intent in intents:
-                try:
-                    results.append(self.record(intent))
-                except PendingWriteHeldError as exc:
-                    if not bulk:
-                        raise
-                    results.append(exc)
-            return results
-        loop = asyncio.get_running_loop()
-        if not bulk:
-            with self._lock:
-                tickets = [self._submit(intents, fmt_for_new="log", loop=loop)]
-        else:
-            tickets = await self._admit_bulk(intents, loop)
-        context = tickets[0].context
-        assert isinstance(context, _Record)
-        deadline = loop.time() + self._durable_timeout
-        for ticket in tickets:  # every one shares the bulk's results
-            if ticket.queued:
-                assert ticket.waiter is not None
-                timer = self._arm_deadline(loop, deadline, ticket)
-                try:
-                    # A cancelled caller cancels only this wait: the record completes (and
-                    # publishes).
-                    await ticket.waiter
-                finally:
-                    timer.cancel()
-        return context.results
-
-    # ------------------------------------------------------------------ the durable step's bound
-
-    def _arm_deadline(
-        self, loop: asyncio.AbstractEventLoop, deadline: float, ticket: Ticket
-    ) -> asyncio.TimerHandle:
-        """When the awaited ``ticket`` is past its bound (tests replace this: injected time)."""
-        return loop.call_at(deadline, self._expire_waiter, ticket)
-
-    def _step_returned(self, ticket: Ticket) -> bool:
-        """Block until ``ticket``'s step returned, at most the bound; say if it did (tests
-        replace this: injected time)."""
-        return ticket.done.wait(self._durable_timeout)
-
-    def _wait_bounded(
-        self, ticket: Ticket
-    ) -> tuple[list[RecordResult], list[PendingWriteOutcome]]:
-        if not self._step_returned(ticket) and self._expire(ticket):
-            context = ticket.context
-            assert isinstance(context, _Record)
-            return context.results, []
-        return self._wait(ticket)
-
-    def _expire_waiter(self, ticket: Ticket) -> None:
-        """On the caller's loop, at the deadline: answer the records NOT recorded."""
-        if self._expire(ticket) and ticket.waiter is not None and not ticket.waiter.done():
-            ticket.waiter.set_result(None)
-
-    def _expire(self, ticket: Ticket) -> bool:
-        """Past the bound, unless its durable step has returned: roll the ticket's records back
-        and answer each NOT recorded. The writer skips what it has not written yet; what it has
-        written is taken back once its step returns (:meth:`_take_back`). Say if it expired."""
-        context = ticket.context
-        assert isinstance(context, _Record)
-        with self._lock:
-            if ticket.completing or ticket.expired or ticket.done.is_set():
-                return False
-            ticket.expired = True
-            self._timeouts += 1
-            if self._writer is not None:
-                self._expired_at_step = self._writer.steps
-            where = "" if self._journal is None else str(self._journal.directory)
-            error = JournalError(
-                f"the durable step of pending-write journal {where!r} did not return within "
-                f"{self._durable_timeout:g} s (a disk or file system that does not answer); the "
-                "intent is NOT recorded, and if the step completes later it is taken back",
-                path=where,
-            )
-            removals: list[tuple[str, Format]] = []
-            for reservation in reversed(context.reserved):
-                reservation.error = error  # the writer skips it if it has not started
-                self._roll_back(reservation, removals)
-                context.results[reservation.index] = error
-            context.late_removals = removals
-            count = len(context.reserved)
-        logger.bind(journal_dir=where).error("{} ({} record(s))", error, count)
-        return True
-
-    def _take_back(self, batch: list[Ticket]) -> None:
-        """On the writer thread, once a group's step returned: the ops of its expired tickets
-        that were written are replaced by what the ledger holds for their paths NOW (the intent
-        they would have replaced if it is still outstanding, else nothing), in the log or as
-        the path's file, so that the next process never re-issues what was NOT recorded."""
-        assert self._log is not None
-        assert self._journal is not None
-        paths: dict[str, Format] = {}
-        for ticket in batch:
-            for op in ticket.ops:
-                if op.written and op.kind in ("put", "file"):
-                    if ticket.expired:
-                        paths[op.path] = "log" if op.kind == "put" else "file"
-                    else:  # a later record of the path in this group stands
-                        paths.pop(op.path, None)
-        logged: list[tuple[str, bytes | None]] = []
-        with self._lock:  # no settle or record of these paths in between
-            for path, kind in paths.items():
-                holder, fmt = self._durable_holder(path)
-                if kind == "log":
-                    logged.append((path, encode_put(holder) if fmt == "log" and holder else None))
-                    continue
-                try:
-                    if holder is not None and fmt == "file":
-                        self._journal.write(holder)
-                    else:
-                        self._journal.remove(path)
-                except JournalError as exc:
-                    self._report_not_taken_back(path, exc)
-            if logged:
-                try:
-                    self._log.restore(logged)
-                except (OSError, JournalError) as exc:
-                    self._report_not_taken_back(logged[0][0], exc)
-
-    def _durable_holder(self, path: str) -> tuple[PendingWrite | None, Format | None]:
-        """Under the lock: the outstanding intent of ``path`` whose durable step returned (a
-        record being made is not one yet), and where its copy lives."""
-        chain = self._reserving.get(path)
-        if chain:
-            prior = chain[0].prior
-            if prior is not None and self._outstanding_now(prior):
-                return prior, chain[0].prior_fmt
-            return None, None
-        holder = self._newest.get(path)
-        return holder, self._format.get(path) if holder is not None else None
-
-    @staticmethod
-    def _report_not_taken_back(path: str, exc: BaseException) -> None:
-        logger.bind(path=path).opt(exception=exc).error(
-            "a journal write for {} that completed after its caller was told it is NOT recorded "
-            "could not be taken back: {}; the next process may re-issue it",
-            path,
-            exc,
-        )
-
-    @property
-    def journal_fault(self) -> str | None:
-        """Why records are answered NOT recorded now, or ``None``: the journal's directory was
-        deleted or moved away (it never comes back by itself: restart with a journal that
-        exists), or its durable step is stuck (a record expired waiting for it, or it is older
-        than ``durable_timeout``, and no step has returned since)."""
-        writer = self._writer
-        if writer is None:
-            return None
-        lost = writer.lost
-        if lost is not None:
-            return str(lost)
-        since = writer.step_since
-        waited = None if since is None else time.monotonic() - since
-        if (waited is not None and waited > self._durable_timeout) or (
-            self._expired_at_step == writer.steps  # no step has returned since one expired
-        ):
-            return (
-                f"the durable step of pending-write journal {str(self.journal_dir)!r} has not "
-                f"returned within {self._durable_timeout:g} s"
-                + ("" if waited is None else f" (waiting for {waited:.1f} s)")
-                + ": records are answered NOT recorded"
-            )
-        return None
-
-    @property
-    def journal_lost(self) -> bool:
-        """Whether the last durable step found the journal's directory deleted or moved away."""
-        return self._writer is not None and self._writer.lost is not None
+        if self._journal is not None:
+            return await self._record_journaled(list(intents), bulk=True)
+        results: list[RecordResult] = []
+        for intent in intents:  # in memory: nothing to wait for
+            try:
+                results.append(self.record(intent))
+            except PendingWriteHeldError as exc:
+                results.append(exc)
+        return results
 
     def take_all(self) -> list[PendingWrite]:
         """Take every pending intent out for re-issue (oldest first).

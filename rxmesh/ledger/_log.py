@@ -337,9 +337,7 @@ class Log:
             self.rewrite()
         except OSError as exc:
             self._bound.debug("no snapshot in the lost journal directory: {}", exc)
-            self._broken = True
-        else:
-            self._broken = True  # the next group checks the directory again from a snapshot
+        self._broken = True  # the next group starts from a snapshot, and checks again
 
     def restore(self, entries: list[tuple[str, bytes | None]]) -> None:
         """Take back puts whose callers were told NOT recorded: per ``(path, entry)``, make
