@@ -1,6 +1,6 @@
 """Update, delete and move intents on real PostgreSQL (issue 18): recorded during an outage (a
 real one, through a FaultProxy), kept over a restart in a journal, re-issued once on the
-store's own evidence (a commit NOTIFY), by compare-and-set — so a newer write made by another
+store's own evidence (its verified start), by compare-and-set — so a newer write made by another
 process in between survives. Negative control: the same with the version check skipped in the
 mesh and the statement (a mutant) overwrites it.
 """
@@ -102,17 +102,16 @@ async def recorded_in_an_outage(
 async def restarted(
     dsn: str, prefix: str, journal: Path, *, newer_write: bool
 ) -> tuple[PendingWriteOutcome, dict[str, MeshNode]]:
-    """A new process: a new ledger over the journal, a mesh on the real server. Another
-    process's write of ``p/a`` (when ``newer_write``) or any commit is the evidence."""
+    """A new process: a new ledger over the journal, a mesh on the real server whose verified
+    start is the evidence. Another process wrote ``p/a`` meanwhile when ``newer_write``."""
     async with started(dsn, prefix, **OPTIONS) as store, started(dsn, prefix) as other:
         ledger = PendingWriteLedger(journal)
         assert len(ledger.pending()) == 1  # loaded, waiting for evidence (loading is not)
-        mesh = Mesh(store, retry_delays=LADDER, ledger=ledger)
         collected = Outcomes(ledger)
-        if newer_write:  # another process updates the node: version 2, its NOTIFY the evidence
+        if newer_write:  # while this process was away, another one updated the node: version 2
             await other.aupdate(doc("p/a", v="newer"), None, None, "another-process")
-        else:
-            await other.awrite(doc("p/evidence").model_copy(update={"request_id": "e"}))
+        # The store's verified start is the evidence: the mesh re-issues as it is built.
+        mesh = Mesh(store, retry_delays=LADDER, ledger=ledger)
         (outcome,) = await collected.wait(1, timeout=20)
         rows = {n.path: n for n in (await first_value(store.read_many(["p/a", "p/z"]))).values()}
         mesh.dispose()
