@@ -306,7 +306,16 @@ class NodeOperationError(RxMeshError):
     Args:
         message: the answer's text.
         path: the node path concerned, when there is one.
+
+    Raised by the mesh's in-process verbs, it also carries what the answer said:
+    ``reason`` (the :class:`~rxmesh.operations.RejectionReason`), ``request_id``,
+    ``recorded_for_reissue`` and ``outcome_unknown`` (``None`` / ``False`` elsewhere).
     """
+
+    reason: str | None = None
+    request_id: str | None = None
+    recorded_for_reissue: bool = False
+    outcome_unknown: bool = False
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)

@@ -19,7 +19,7 @@ from reactivex import Observable, abc
 from rxmesh._arguments import require_callable
 from rxmesh.aio import first_value
 from rxmesh.cache import SyncedQueryCache, fold_query_frames
-from rxmesh.exceptions import MeshDisposedError
+from rxmesh.exceptions import MeshDisposedError, NodeOperationError
 from rxmesh.ledger import PendingWriteLedger, PendingWriteRecovery
 from rxmesh.mesh._access import AccessPolicy, GrantPolicy
 from rxmesh.mesh._answer import Attempt, TerminalArm, answer_now, answer_once, immediate
@@ -51,6 +51,7 @@ from rxmesh.operations import (
     MoveNodeRequest,
     NodeOperationResponse,
     NodeResponse,
+    RejectionReason,
     UpdateNodeRequest,
 )
 from rxmesh.operators import DEFAULT_INITIAL_BUDGET, DEFAULT_RETRY_DELAYS, fan_in
@@ -249,24 +250,45 @@ class Mesh:
             reissue=req.reissued_after_unavailable,
         )
 
-    async def create(self, node: MeshNode, *, access: AccessContext | None = None) -> MeshNode:
+    async def create(
+        self,
+        node: MeshNode | Mapping[str, Any],
+        *,
+        access: AccessContext | None = None,
+        request_id: str | None = None,
+    ) -> MeshNode:
         """Create ``node`` and return it as stored, or raise one exception type per reason.
 
+        ``node`` is a :class:`~rxmesh.model.MeshNode` or a mapping of its fields: a mapping that
+        does not validate raises :class:`InvalidPathError` / :class:`NodeValidationError` naming
+        the field, so ``except NodeOperationError`` catches every refusal of the input too.
+
+        ``request_id``: the request's idempotency key (an HTTP service passes its
+        ``Idempotency-Key`` header); a new one per call when not given. Sending the same request
+        again with the same key answers what the first answer would have been: the node, when a
+        row written by this request is there (an earlier try, or the mesh's own re-issue of it,
+        landed).
+
         Raises:
-            StoreUnavailableError: UNAVAILABLE (re-issuing the same node is meaningful).
-            NodeExistsError: NODE_ALREADY_EXISTS.
+            StoreUnavailableError: UNAVAILABLE (re-send it with the same ``request_id``).
+            NodeExistsError: NODE_ALREADY_EXISTS (a row written by another request).
             NodeAccessDeniedError: FORBIDDEN (also a ``PermissionError``).
             InvalidPathError: INVALID_PATH (also a ``ValueError``).
             InvalidNodeTypeError: INVALID_NODE_TYPE (also a ``ValueError``).
             NodeValidationError: VALIDATION_FAILED (also a ``ValueError``).
             NodeOperationError: UNKNOWN.
+
+        Every one of them carries the answer's ``reason``, ``request_id``,
+        ``recorded_for_reissue`` and ``outcome_unknown``.
         """
         self._check_open()
+        given = _request({"node": node, "access": access}, request_id)
+        path = _path_of(node)
         try:
-            req = parse(CreateNodeRequest, CreateNodeRequest(node=node, access=access))
+            req = parse(CreateNodeRequest, given)
         except (ValidationError, ValueError) as exc:
             reason, text = parse_failure(exc)
-            raise error_for(reason, text, node.path) from exc
+            raise _raised(reason, text, path, request_id_of(given)) from exc
         # The same attempt create_node runs, awaited directly (no observable in between).
         response = await answer_now(
             functools.partial(Create.attempt, self._create, req),
@@ -276,7 +298,7 @@ class Mesh:
         )
         if response.success and response.node is not None:
             return response.node
-        raise error_for(response.rejection_reason, response.error, node.path)
+        raise _error_of(response, req.node.path)
 
     def create_nodes(
         self, request: CreateNodesRequest | Mapping[str, Any] | str | bytes
@@ -352,46 +374,70 @@ class Mesh:
         return self._verb("move", MoveNodeRequest, request, self._verbs.move)
 
     async def _in_process(
-        self, source: Observable[NodeOperationResponse], path: str
+        self,
+        verb: str,
+        model: type[UpdateNodeRequest] | type[DeleteNodeRequest] | type[MoveNodeRequest],
+        given: dict[str, Any],
+        attempt: Callable[[Any], Callable[[], Attempt[NodeOperationResponse]]],
+        path: str,
     ) -> MeshNode | None:
-        response = await first_value(source)
+        # The request is built from a mapping inside the mesh: input the model refuses is
+        # raised as the refusal's NodeOperationError, never as pydantic's ValidationError.
+        response = await first_value(self._verb(verb, model, given, attempt))
         if response.success:
             return response.node
-        raise error_for(response.rejection_reason, response.error, path)
+        raise _error_of(response, path)
 
     async def update(
         self,
-        node: MeshNode,
+        node: MeshNode | Mapping[str, Any],
         *,
         access: AccessContext | None = None,
         expected_version: int | None = None,
+        request_id: str | None = None,
     ) -> MeshNode:
         """Update ``node`` in place and return it as stored; raises one type per reason.
 
         ``expected_version``: the version the update is based on (compare-and-set); without it,
         the version this call reads. Another write first raises
         :class:`~rxmesh.exceptions.NodeVersionConflictError` (VERSION_CONFLICT); the other
-        reasons raise what :meth:`create` raises for them.
+        reasons raise what :meth:`create` raises for them. ``node`` and ``request_id`` are as
+        in :meth:`create`: a re-send with the same ``request_id`` whose update landed answers
+        the node as that update left it.
         """
         result = await self._in_process(
-            self.update_node(
-                UpdateNodeRequest(node=node, access=access, expected_version=expected_version)
+            "update",
+            UpdateNodeRequest,
+            _request(
+                {"node": node, "access": access, "expected_version": expected_version},
+                request_id,
             ),
-            node.path,
+            self._verbs.update,
+            _path_of(node),
         )
         assert result is not None  # a successful update always carries the node
         return result
 
     async def delete(
-        self, path: str, *, access: AccessContext | None = None, expected_version: int | None = None
+        self,
+        path: str,
+        *,
+        access: AccessContext | None = None,
+        expected_version: int | None = None,
+        request_id: str | None = None,
     ) -> None:
         """Delete the node at ``path`` (compare-and-set, as :meth:`update`); raises one
-        exception type per reason."""
+        exception type per reason. ``request_id`` is the request's idempotency key, as in
+        :meth:`create`."""
         await self._in_process(
-            self.delete_node(
-                DeleteNodeRequest(path=path, access=access, expected_version=expected_version)
+            "delete",
+            DeleteNodeRequest,
+            _request(
+                {"path": path, "access": access, "expected_version": expected_version},
+                request_id,
             ),
-            path,
+            self._verbs.delete,
+            path if isinstance(path, str) else "",
         )
 
     async def move(
@@ -401,16 +447,64 @@ class Mesh:
         *,
         access: AccessContext | None = None,
         expected_version: int | None = None,
+        request_id: str | None = None,
     ) -> MeshNode:
         """Move the node at ``source`` to ``target`` (compare-and-set on the source, as
-        :meth:`update`); raises one exception type per reason."""
+        :meth:`update`); raises one exception type per reason. A re-send with the same
+        ``request_id`` whose move landed answers the moved node."""
         result = await self._in_process(
-            self.move_node(
-                MoveNodeRequest(
-                    source=source, target=target, access=access, expected_version=expected_version
-                )
+            "move",
+            MoveNodeRequest,
+            _request(
+                {
+                    "source": source,
+                    "target": target,
+                    "access": access,
+                    "expected_version": expected_version,
+                },
+                request_id,
             ),
-            source,
+            self._verbs.move,
+            source if isinstance(source, str) else "",
         )
         assert result is not None  # a successful move always carries the node
         return result
+
+
+def _request(fields: dict[str, Any], request_id: str | None) -> dict[str, Any]:
+    """A request's fields as a mapping (validated by the mesh), with its key when given."""
+    if request_id is not None:
+        fields["request_id"] = request_id
+    return fields
+
+
+def _path_of(node: MeshNode | Mapping[str, Any]) -> str:
+    """The path an error names, also for a mapping that may not hold a valid one."""
+    path = node.path if isinstance(node, MeshNode) else node.get("path")
+    return path if isinstance(path, str) else ""
+
+
+def _raised(
+    reason: RejectionReason, text: str, path: str, request_id: str, **answer: bool
+) -> NodeOperationError:
+    error = error_for(reason, text, path)
+    error.reason = reason.value
+    error.request_id = request_id
+    error.recorded_for_reissue = answer.get("recorded_for_reissue", False)
+    error.outcome_unknown = answer.get("outcome_unknown", False)
+    return error
+
+
+def _error_of(
+    response: CreateNodeResponse | NodeOperationResponse, path: str
+) -> NodeOperationError:
+    """The in-process exception for a failed answer, carrying what the answer said."""
+    reason = response.rejection_reason or RejectionReason.UNKNOWN
+    return _raised(
+        reason,
+        response.error or f"operation on '{path}' failed",
+        path,
+        response.request_id,
+        recorded_for_reissue=response.recorded_for_reissue,
+        outcome_unknown=response.outcome_unknown,
+    )
