@@ -77,7 +77,9 @@ async def test_one_except_clause_catches_every_invalid_input(
 
 async def test_a_valid_mapping_is_created() -> None:
     mesh, _store = make_mesh()
-    stored = await mesh.create({"path": "shop/a", "node_type": "Order", "content": {}}, access=ALICE)
+    stored = await mesh.create(
+        {"path": "shop/a", "node_type": "Order", "content": {}}, access=ALICE
+    )
     assert stored.path == "shop/a" and stored.node_type == "Order"
     mesh.dispose()
 
