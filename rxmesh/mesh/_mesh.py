@@ -19,16 +19,16 @@ from reactivex import Observable, abc
 from rxmesh._arguments import require_callable
 from rxmesh.aio import first_value
 from rxmesh.cache import SyncedQueryCache, fold_query_frames
-from rxmesh.exceptions import MeshDisposedError, NodeOperationError
+from rxmesh.exceptions import MeshDisposedError
 from rxmesh.ledger import PendingWriteLedger, PendingWriteRecovery
 from rxmesh.mesh._access import AccessPolicy, GrantPolicy
 from rxmesh.mesh._answer import Attempt, TerminalArm, answer_now, answer_once, immediate
-from rxmesh.mesh._arms import error_for
 from rxmesh.mesh._bootstrap import Partitions
 from rxmesh.mesh._bulk import Bulk
 from rxmesh.mesh._core import MeshCore, NodeTypeValidator, Validator
 from rxmesh.mesh._create import Create
 from rxmesh.mesh._facts_cache import FactsCache
+from rxmesh.mesh._in_process import error_of, parsed, path_of, request_fields
 from rxmesh.mesh._pending import PendingWrites
 from rxmesh.mesh._requests import (
     CHECK_STEP,
@@ -51,7 +51,6 @@ from rxmesh.operations import (
     MoveNodeRequest,
     NodeOperationResponse,
     NodeResponse,
-    RejectionReason,
     UpdateNodeRequest,
 )
 from rxmesh.operators import DEFAULT_INITIAL_BUDGET, DEFAULT_RETRY_DELAYS, fan_in
@@ -257,17 +256,14 @@ class Mesh:
         access: AccessContext | None = None,
         request_id: str | None = None,
     ) -> MeshNode:
-        """Create ``node`` and return it as stored, or raise one exception type per reason.
+        """Create ``node`` (a :class:`~rxmesh.model.MeshNode` or a mapping of its fields) and
+        return it as stored, or raise one exception type per reason (input the model refuses
+        too: :class:`InvalidPathError` / :class:`NodeValidationError`, naming the field).
 
-        ``node`` is a :class:`~rxmesh.model.MeshNode` or a mapping of its fields: a mapping that
-        does not validate raises :class:`InvalidPathError` / :class:`NodeValidationError` naming
-        the field, so ``except NodeOperationError`` catches every refusal of the input too.
-
-        ``request_id``: the request's idempotency key (an HTTP service passes its
-        ``Idempotency-Key`` header); a new one per call when not given. Sending the same request
-        again with the same key answers what the first answer would have been: the node, when a
-        row written by this request is there (an earlier try, or the mesh's own re-issue of it,
-        landed).
+        ``request_id``: the idempotency key (an HTTP service passes its ``Idempotency-Key``),
+        new per call when not given. A re-send with the same key answers what the first answer
+        would have been: the node, when this request's row is there (an earlier try, or the
+        mesh's own re-issue, landed).
 
         Raises:
             StoreUnavailableError: UNAVAILABLE (re-send it with the same ``request_id``).
@@ -276,19 +272,11 @@ class Mesh:
             InvalidPathError: INVALID_PATH (also a ``ValueError``).
             InvalidNodeTypeError: INVALID_NODE_TYPE (also a ``ValueError``).
             NodeValidationError: VALIDATION_FAILED (also a ``ValueError``).
-            NodeOperationError: UNKNOWN.
-
-        Every one of them carries the answer's ``reason``, ``request_id``,
-        ``recorded_for_reissue`` and ``outcome_unknown``.
+            NodeOperationError: UNKNOWN (each carries the answer: see :func:`rxmesh.http_status`).
         """
         self._check_open()
-        given = _request({"node": node, "access": access}, request_id)
-        path = _path_of(node)
-        try:
-            req = parse(CreateNodeRequest, given)
-        except (ValidationError, ValueError) as exc:
-            reason, text = parse_failure(exc)
-            raise _raised(reason, text, path, request_id_of(given)) from exc
+        given = request_fields({"node": node, "access": access}, request_id)
+        req = parsed(CreateNodeRequest, given, path_of(node))
         # The same attempt create_node runs, awaited directly (no observable in between).
         response = await answer_now(
             functools.partial(Create.attempt, self._create, req),
@@ -298,7 +286,7 @@ class Mesh:
         )
         if response.success and response.node is not None:
             return response.node
-        raise _error_of(response, req.node.path)
+        raise error_of(response, req.node.path)
 
     def create_nodes(
         self, request: CreateNodesRequest | Mapping[str, Any] | str | bytes
@@ -377,16 +365,16 @@ class Mesh:
         self,
         verb: str,
         model: type[UpdateNodeRequest] | type[DeleteNodeRequest] | type[MoveNodeRequest],
-        given: dict[str, Any],
         attempt: Callable[[Any], Callable[[], Attempt[NodeOperationResponse]]],
-        path: str,
+        request_id: str | None,
+        **fields: Any,
     ) -> MeshNode | None:
-        # The request is built from a mapping inside the mesh: input the model refuses is
-        # raised as the refusal's NodeOperationError, never as pydantic's ValidationError.
+        given = request_fields(fields, request_id)
         response = await first_value(self._verb(verb, model, given, attempt))
         if response.success:
             return response.node
-        raise _error_of(response, path)
+        shown = fields.get("node") or fields.get("path") or fields.get("source") or ""
+        raise error_of(response, path_of(shown))
 
     async def update(
         self,
@@ -401,19 +389,17 @@ class Mesh:
         ``expected_version``: the version the update is based on (compare-and-set); without it,
         the version this call reads. Another write first raises
         :class:`~rxmesh.exceptions.NodeVersionConflictError` (VERSION_CONFLICT); the other
-        reasons raise what :meth:`create` raises for them. ``node`` and ``request_id`` are as
-        in :meth:`create`: a re-send with the same ``request_id`` whose update landed answers
-        the node as that update left it.
+        reasons raise what :meth:`create` raises for them; ``node`` and ``request_id`` are as
+        in :meth:`create`.
         """
         result = await self._in_process(
             "update",
             UpdateNodeRequest,
-            _request(
-                {"node": node, "access": access, "expected_version": expected_version},
-                request_id,
-            ),
             self._verbs.update,
-            _path_of(node),
+            request_id,
+            node=node,
+            access=access,
+            expected_version=expected_version,
         )
         assert result is not None  # a successful update always carries the node
         return result
@@ -426,18 +412,16 @@ class Mesh:
         expected_version: int | None = None,
         request_id: str | None = None,
     ) -> None:
-        """Delete the node at ``path`` (compare-and-set, as :meth:`update`); raises one
-        exception type per reason. ``request_id`` is the request's idempotency key, as in
-        :meth:`create`."""
+        """Delete the node at ``path`` (compare-and-set and ``request_id`` as :meth:`update`);
+        raises one exception type per reason."""
         await self._in_process(
             "delete",
             DeleteNodeRequest,
-            _request(
-                {"path": path, "access": access, "expected_version": expected_version},
-                request_id,
-            ),
             self._verbs.delete,
-            path if isinstance(path, str) else "",
+            request_id,
+            path=path,
+            access=access,
+            expected_version=expected_version,
         )
 
     async def move(
@@ -449,62 +433,17 @@ class Mesh:
         expected_version: int | None = None,
         request_id: str | None = None,
     ) -> MeshNode:
-        """Move the node at ``source`` to ``target`` (compare-and-set on the source, as
-        :meth:`update`); raises one exception type per reason. A re-send with the same
-        ``request_id`` whose move landed answers the moved node."""
+        """Move the node at ``source`` to ``target`` (compare-and-set on the source and
+        ``request_id`` as :meth:`update`); raises one exception type per reason."""
         result = await self._in_process(
             "move",
             MoveNodeRequest,
-            _request(
-                {
-                    "source": source,
-                    "target": target,
-                    "access": access,
-                    "expected_version": expected_version,
-                },
-                request_id,
-            ),
             self._verbs.move,
-            source if isinstance(source, str) else "",
+            request_id,
+            source=source,
+            target=target,
+            access=access,
+            expected_version=expected_version,
         )
         assert result is not None  # a successful move always carries the node
         return result
-
-
-def _request(fields: dict[str, Any], request_id: str | None) -> dict[str, Any]:
-    """A request's fields as a mapping (validated by the mesh), with its key when given."""
-    if request_id is not None:
-        fields["request_id"] = request_id
-    return fields
-
-
-def _path_of(node: MeshNode | Mapping[str, Any]) -> str:
-    """The path an error names, also for a mapping that may not hold a valid one."""
-    path = node.path if isinstance(node, MeshNode) else node.get("path")
-    return path if isinstance(path, str) else ""
-
-
-def _raised(
-    reason: RejectionReason, text: str, path: str, request_id: str, **answer: bool
-) -> NodeOperationError:
-    error = error_for(reason, text, path)
-    error.reason = reason.value
-    error.request_id = request_id
-    error.recorded_for_reissue = answer.get("recorded_for_reissue", False)
-    error.outcome_unknown = answer.get("outcome_unknown", False)
-    return error
-
-
-def _error_of(
-    response: CreateNodeResponse | NodeOperationResponse, path: str
-) -> NodeOperationError:
-    """The in-process exception for a failed answer, carrying what the answer said."""
-    reason = response.rejection_reason or RejectionReason.UNKNOWN
-    return _raised(
-        reason,
-        response.error or f"operation on '{path}' failed",
-        path,
-        response.request_id,
-        recorded_for_reissue=response.recorded_for_reissue,
-        outcome_unknown=response.outcome_unknown,
-    )
