@@ -65,7 +65,9 @@ class _BulkState(AttemptFacts):
 class Bulk(Job):
     """One mesh's bulk create."""
 
-    def refusal(self, req: CreateNodesRequest) -> Generator[None, None, CreateNodesResponse | None]:
+    def refusal(
+        self, req: CreateNodesRequest
+    ) -> Generator[None, None, CreateNodesResponse | None]:
         """Phase 0: the batch's refusal naming its first offender, or ``None``; a stepwise
         check (a step every :data:`CHECK_STEP` nodes: run it with ``in_one_go`` or
         ``stepwise``)."""

@@ -35,7 +35,6 @@ from rxmesh.providers._store import feed_is_whole
 
 __all__ = ["FactsCache"]
 
-
 def _is_fact_path(path: str) -> str | None:
     """The partition whose facts a change at ``path`` may alter, or ``None``."""
     slash = path.find("/")
