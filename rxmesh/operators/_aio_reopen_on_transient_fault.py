@@ -20,6 +20,7 @@ from rxmesh.operators._ladder import (
     DEFAULT_MAX_CONSECUTIVE_REOPENS,
     DEFAULT_REOPEN_BACKOFF,
     OnReopen,
+    Random,
     ReopenLadder,
     require_callable,
 )
@@ -38,6 +39,8 @@ def reopen_on_transient_fault_async(
     max_consecutive: int = ...,
     is_transient: Callable[[BaseException], bool] = ...,
     on_reopen: OnReopen | None = ...,
+    jitter: float = ...,
+    random: Random | None = ...,
     scheduler: abc.SchedulerBase | None = ...,
 ) -> AsyncIterator[T]: ...
 
@@ -50,6 +53,8 @@ def reopen_on_transient_fault_async(
     max_consecutive: int = ...,
     is_transient: Callable[[BaseException], bool] = ...,
     on_reopen: OnReopen | None = ...,
+    jitter: float = ...,
+    random: Random | None = ...,
     scheduler: abc.SchedulerBase | None = ...,
 ) -> Callable[[Callable[P, AsyncIterable[T]]], Callable[P, AsyncIterator[T]]]: ...
 
@@ -61,6 +66,8 @@ def reopen_on_transient_fault_async(
     max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
     is_transient: Callable[[BaseException], bool] = is_standing_watch_transient,
     on_reopen: OnReopen | None = None,
+    jitter: float = 0.0,
+    random: Random | None = None,
     scheduler: abc.SchedulerBase | None = None,
 ) -> AsyncIterator[T] | Callable[[Callable[P, AsyncIterable[T]]], Callable[P, AsyncIterator[T]]]:
     """A standing watch over ``open()`` that re-opens after a transient fault, and only then.
@@ -82,6 +89,8 @@ def reopen_on_transient_fault_async(
         is_transient: the classifier; :func:`rxmesh.faults.is_standing_watch_transient`.
         on_reopen: called as ``on_reopen(fault, n, delay)`` before each wait. A WARNING is
             logged too.
+        jitter: up to that fraction of each delay added at random (0, the default: the
+            delays exactly); ``random``: the source of the draws (``random.random``).
         scheduler: where the waits run (virtual time on a ``TestScheduler``); else
             ``asyncio.sleep`` on the running loop.
 
@@ -98,7 +107,12 @@ def reopen_on_transient_fault_async(
     """
     require_callable("open", open, optional=True)
     schedule = ReopenLadder.of(
-        backoff, max_consecutive=max_consecutive, is_transient=is_transient, on_reopen=on_reopen
+        backoff,
+        max_consecutive=max_consecutive,
+        is_transient=is_transient,
+        on_reopen=on_reopen,
+        jitter=jitter,
+        random=random,
     )
 
     def watch(factory: Callable[[], AsyncIterable[T]]) -> AsyncIterator[T]:
