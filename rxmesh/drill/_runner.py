@@ -22,6 +22,7 @@ from rxmesh.drill._drill import (
 )
 from rxmesh.drill._timeline import DrillResult, Timeline
 from rxmesh.drill.invariants import DrillAccounting, Invariant, check_invariants
+from rxmesh.exceptions import RxMeshError
 from rxmesh.health import HealthReport, HealthStatus
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import NODE_TYPE_NODE_TYPE, ChangeFeedGap, MeshNode
@@ -34,7 +35,13 @@ from rxmesh.operators import (
 if TYPE_CHECKING:
     from rxmesh.testing import OutageBackend
 
-__all__ = ["run_drill"]
+__all__ = ["DrillSetupError", "run_drill"]
+
+
+class DrillSetupError(RxMeshError):
+    """The drill could not begin: its store did not start (a missing database, an unknown role,
+    a DSN that is not PostgreSQL's, a server that does not answer). The cause is chained; nothing
+    of the drill ran, so no invariant was judged."""
 
 
 def _ms(delays: Sequence[float]) -> str:
@@ -94,6 +101,10 @@ async def run_drill(
         sabotage: inject a broken invariant (see :data:`SABOTAGES`) to prove the drill fails.
         out: where to write the timeline (``None``: nowhere).
         json_lines: write JSON lines instead of text.
+
+    Raises:
+        DrillSetupError: the store did not start; the cause is chained.
+        ValueError: a bad argument.
     """
     if sabotage is not None and sabotage not in SABOTAGES:
         raise ValueError(f"sabotage must be one of {SABOTAGES}, got {sabotage!r}")
@@ -106,7 +117,10 @@ async def run_drill(
     directory = Path(tempfile.mkdtemp(prefix="rxmesh-drill-")) if owned else Path(journal_dir or "")
     try:
         async with AsyncExitStack() as stack:
-            backend = await stack.enter_async_context(_backend(dsn, listen_dsn))
+            try:
+                backend = await stack.enter_async_context(_backend(dsn, listen_dsn))
+            except Exception as exc:
+                raise DrillSetupError(f"{type(exc).__name__}: {exc}") from exc
             ledger = PendingWriteLedger(directory)
             stack.callback(ledger.close)  # after the mesh is disposed: commits what settled
             drill = Drill(
