@@ -116,6 +116,18 @@ def _wait(delay: float, jitter: float, random: Random | None) -> float:
     return delay if _scale is None else delay * _scale
 
 
+def _first_report(error: BaseException, attempt: int) -> bool:
+    """Whether ``error``'s retry number ``attempt`` is logged here for the first time (the mark
+    is kept on the error object itself: exceptions take no weak reference)."""
+    if getattr(error, "_rxmesh_retry_logged", 0) >= attempt:
+        return False
+    try:
+        error._rxmesh_retry_logged = attempt  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with __slots__: logged every time
+        pass
+    return True
+
+
 async def scheduler_sleep(scheduler: abc.SchedulerBase | None, seconds: float) -> None:
     """Wait ``seconds`` on ``scheduler`` (virtual time on a ``TestScheduler``), or on the running
     loop when it is ``None``. Cancelling the waiting task cancels the timer."""
@@ -207,9 +219,12 @@ class Ladder:
         delay = _wait(self.delays[retries], self.jitter, self.random)
         attempt = retries + 1
         error_type = type(error).__name__
-        logger.bind(
+        # The members of one write group (and the callers of one shared connect) all get the
+        # group's one error object: one WARNING per retry of it, the rest at DEBUG.
+        log = logger.bind(
             attempt=attempt, attempts=len(self.delays), delay=delay, error_type=error_type
-        ).warning(
+        )
+        (log.warning if _first_report(error, attempt) else log.debug)(
             "store not reached ({}: {}); resubscribing in {}s (retry {}/{})",
             error_type,
             error,
