@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from rxmesh import MeshNode, RejectionReason, Verdict
+from rxmesh import CreateNodesRequest, CreateNodesResponse, MeshNode, RejectionReason, Verdict
+from rxmesh.aio import first_value
 from rxmesh.exceptions import (
     NodeExistsError,
     NodeValidationError,
@@ -84,4 +85,22 @@ async def test_an_unavailable_verb_carries_its_key_and_whether_it_was_recorded()
     assert (raised.value.request_id, raised.value.recorded_for_reissue) == ("del-1", True)
     (intent,) = mesh.ledger.pending()
     assert intent.request_id == "del-1"
+    mesh.dispose()
+
+
+async def test_the_bulk_resent_with_its_key_answers_the_same_created() -> None:
+    """A guard of what docs/answers.md says of the bulk (it passes at 1d389e8 too: the bulk's
+    request always carried its key). Negative control: another key finds them already present."""
+    mesh, _store = make_mesh()
+    nodes = [order().model_copy(update={"path": f"shop/orders/{i}"}) for i in range(3)]
+
+    async def send(key: str) -> CreateNodesResponse:
+        request = CreateNodesRequest(nodes=nodes, access=ALICE, request_id=key)
+        return await first_value(mesh.create_nodes(request), timeout=5)
+
+    first, again, other = await send("bulk-1"), await send("bulk-1"), await send("bulk-2")
+    assert first.success and again.success and other.success
+    assert [n.path for n in again.created] == [n.path for n in first.created]
+    assert again.already_present == () and len(first.created) == 3
+    assert other.created == () and len(other.already_present) == 3
     mesh.dispose()
