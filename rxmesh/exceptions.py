@@ -22,6 +22,7 @@ PermissionError`` catches a missing grant)::
     ├── PendingWriteHeldError             another requester's intent for that path is outstanding
     ├── MeshDisposedError                 the mesh was disposed by its owner
     ├── SlowConsumerError                 an ``async for`` fell max_pending items behind its stream
+    ├── DrillSetupError                   ``rxmesh drill`` could not begin (its store did not start)
     └── NodeOperationError                UNKNOWN; base of the verbs' errors
         ├── StoreUnavailableError         UNAVAILABLE: not evaluated, nothing written
         ├── NodeExistsError               NODE_ALREADY_EXISTS
@@ -45,6 +46,7 @@ __all__ = [
     "ChangeFeedUnverifiedError",
     "DeliveryErrorType",
     "DeliveryFailure",
+    "DrillSetupError",
     "InvalidNodeTypeError",
     "InvalidPathError",
     "JournalError",
@@ -298,6 +300,12 @@ class SlowConsumerError(RxMeshError):
     """An ``async for`` over a stream (:func:`rxmesh.aio.iterate`) fell ``max_pending`` items
     behind it; the subscription was disposed then, and the items already pending were delivered
     before this was raised. Query frames never cause it: they are coalesced."""
+
+
+class DrillSetupError(RxMeshError):
+    """The drill could not begin: its store did not start (a missing database, an unknown role,
+    a DSN that is not PostgreSQL's, a server that does not answer). The cause is chained; nothing
+    of the drill ran, so no invariant was judged."""
 
 
 class NodeOperationError(RxMeshError):

@@ -22,7 +22,7 @@ from rxmesh.drill._drill import (
 )
 from rxmesh.drill._timeline import DrillResult, Timeline
 from rxmesh.drill.invariants import DrillAccounting, Invariant, check_invariants
-from rxmesh.exceptions import RxMeshError
+from rxmesh.exceptions import DrillSetupError
 from rxmesh.health import HealthReport, HealthStatus
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import NODE_TYPE_NODE_TYPE, ChangeFeedGap, MeshNode
@@ -36,12 +36,6 @@ if TYPE_CHECKING:
     from rxmesh.testing import OutageBackend
 
 __all__ = ["DrillSetupError", "run_drill"]
-
-
-class DrillSetupError(RxMeshError):
-    """The drill could not begin: its store did not start (a missing database, an unknown role,
-    a DSN that is not PostgreSQL's, a server that does not answer). The cause is chained; nothing
-    of the drill ran, so no invariant was judged."""
 
 
 def _ms(delays: Sequence[float]) -> str:
