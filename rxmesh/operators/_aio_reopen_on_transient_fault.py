@@ -19,6 +19,7 @@ from rxmesh.operators._aio_drive import drive
 from rxmesh.operators._ladder import (
     DEFAULT_MAX_CONSECUTIVE_REOPENS,
     DEFAULT_REOPEN_BACKOFF,
+    NO_JITTER,
     OnReopen,
     Random,
     ReopenLadder,
@@ -66,7 +67,7 @@ def reopen_on_transient_fault_async(
     max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
     is_transient: Callable[[BaseException], bool] = is_standing_watch_transient,
     on_reopen: OnReopen | None = None,
-    jitter: float = 0.0,
+    jitter: float = NO_JITTER,
     random: Random | None = None,
     scheduler: abc.SchedulerBase | None = None,
 ) -> AsyncIterator[T] | Callable[[Callable[P, AsyncIterable[T]]], Callable[P, AsyncIterator[T]]]:

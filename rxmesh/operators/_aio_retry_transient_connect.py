@@ -16,7 +16,14 @@ from reactivex import abc
 
 from rxmesh.faults import is_transient_connect_fault
 from rxmesh.operators._aio_drive import drive
-from rxmesh.operators._ladder import DEFAULT_RETRY_DELAYS, Ladder, OnRetry, Random, require_callable
+from rxmesh.operators._ladder import (
+    DEFAULT_RETRY_DELAYS,
+    NO_JITTER,
+    Ladder,
+    OnRetry,
+    Random,
+    require_callable,
+)
 
 __all__ = ["retry_transient_connect_async"]
 
@@ -29,7 +36,7 @@ def retry_transient_connect_async(
     *,
     should_retry: Callable[[BaseException], bool] = is_transient_connect_fault,
     on_retry: OnRetry | None = None,
-    jitter: float = 0.0,
+    jitter: float = NO_JITTER,
     random: Random | None = None,
     scheduler: abc.SchedulerBase | None = None,
 ) -> Callable[[Callable[P, AsyncIterable[T]]], Callable[P, AsyncIterator[T]]]:

@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_REOPENS",
     "DEFAULT_REOPEN_BACKOFF",
     "DEFAULT_RETRY_DELAYS",
+    "NO_JITTER",
     "Ladder",
     "OnReopen",
     "OnRetry",
@@ -63,6 +64,9 @@ DEFAULT_MAX_CONSECUTIVE_REOPENS = 5
 OnReopen = Callable[[BaseException, int, float], object]
 """``on_reopen(fault, n, delay)``: ``n`` is the consecutive re-open about to be waited for."""
 
+
+NO_JITTER = 0.0
+"""The default ``jitter``: the schedules wait their delays exactly."""
 
 Random = Callable[[], float]
 """A source of uniform draws in ``[0, 1]`` (``random.random`` unless one is injected)."""
@@ -182,7 +186,7 @@ class Ladder:
     delays: tuple[float, ...]
     should_retry: Callable[[BaseException], bool]
     on_retry: OnRetry | None
-    jitter: float = 0.0
+    jitter: float = NO_JITTER
     random: Random | None = None
 
     @classmethod
@@ -192,7 +196,7 @@ class Ladder:
         *,
         should_retry: Callable[[BaseException], bool] = is_transient_connect_fault,
         on_retry: OnRetry | None = None,
-        jitter: float = 0.0,
+        jitter: float = NO_JITTER,
         random: Random | None = None,
     ) -> Ladder:
         """A validated ladder (``TypeError``/``ValueError`` naming the bad argument).
@@ -277,7 +281,7 @@ class ReopenLadder:
     max_consecutive: int
     is_transient: Callable[[BaseException], bool]
     on_reopen: OnReopen | None
-    jitter: float = 0.0
+    jitter: float = NO_JITTER
     random: Random | None = None
 
     @classmethod
@@ -288,7 +292,7 @@ class ReopenLadder:
         max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
         is_transient: Callable[[BaseException], bool] = is_standing_watch_transient,
         on_reopen: OnReopen | None = None,
-        jitter: float = 0.0,
+        jitter: float = NO_JITTER,
         random: Random | None = None,
     ) -> ReopenLadder:
         """A validated schedule (``TypeError``/``ValueError`` naming the bad argument);

@@ -18,6 +18,7 @@ from rxmesh.faults import is_standing_watch_transient
 from rxmesh.operators._ladder import (
     DEFAULT_MAX_CONSECUTIVE_REOPENS,
     DEFAULT_REOPEN_BACKOFF,
+    NO_JITTER,
     OnReopen,
     Random,
     ReopenLadder,
@@ -41,7 +42,7 @@ def reopen_on_transient_fault(
     max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
     is_transient: Callable[[BaseException], bool] = is_standing_watch_transient,
     on_reopen: OnReopen | None = None,
-    jitter: float = 0.0,
+    jitter: float = NO_JITTER,
     random: Random | None = None,
     scheduler: abc.SchedulerBase | None = None,
 ) -> Observable[_T]:

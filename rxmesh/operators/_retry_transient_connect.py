@@ -15,7 +15,7 @@ from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposab
 
 from rxmesh._scheduling import resolve_scheduler
 from rxmesh.faults import is_transient_connect_fault
-from rxmesh.operators._ladder import DEFAULT_RETRY_DELAYS, Ladder, OnRetry, Random
+from rxmesh.operators._ladder import DEFAULT_RETRY_DELAYS, NO_JITTER, Ladder, OnRetry, Random
 from rxmesh.operators._sink import direct_sink
 
 __all__ = ["DEFAULT_RETRY_DELAYS", "retry_transient_connect"]
@@ -28,7 +28,7 @@ def retry_transient_connect(
     *,
     should_retry: Callable[[BaseException], bool] = is_transient_connect_fault,
     on_retry: OnRetry | None = None,
-    jitter: float = 0.0,
+    jitter: float = NO_JITTER,
     random: Random | None = None,
     scheduler: abc.SchedulerBase | None = None,
 ) -> Callable[[Observable[_T]], Observable[_T]]:
