@@ -108,6 +108,11 @@ def run(args: argparse.Namespace) -> int:
     except DrillSetupError as exc:
         print(f"rxmesh drill: {_why_not_begun(exc.__cause__ or exc)}", file=sys.stderr)
         return 2
+    except StoreError as exc:
+        if not (is_store_unreachable(exc) or isinstance(exc, ChangeFeedUnverifiedError)):
+            raise
+        print(f"rxmesh drill: {_why_not_begun(exc)}", file=sys.stderr)
+        return 2
     return result.exit_status
 
 

@@ -22,7 +22,7 @@ from rxmesh.drill._drill import (
 )
 from rxmesh.drill._timeline import DrillResult, Timeline
 from rxmesh.drill.invariants import DrillAccounting, Invariant, check_invariants
-from rxmesh.exceptions import DrillSetupError
+from rxmesh.exceptions import DrillSetupError, RxMeshError
 from rxmesh.health import HealthReport, HealthStatus
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import NODE_TYPE_NODE_TYPE, ChangeFeedGap, MeshNode
@@ -97,7 +97,10 @@ async def run_drill(
         json_lines: write JSON lines instead of text.
 
     Raises:
-        DrillSetupError: the store did not start; the cause is chained.
+        StoreError: the store could not be reached, or refused to start
+            (:class:`~rxmesh.exceptions.ChangeFeedUnverifiedError`), before the drill began.
+        DrillSetupError: the store did not start for another reason (a missing database or
+            role, a DSN that is not PostgreSQL's); the driver's error is chained.
         ValueError: a bad argument.
     """
     if sabotage is not None and sabotage not in SABOTAGES:
@@ -113,7 +116,9 @@ async def run_drill(
         async with AsyncExitStack() as stack:
             try:
                 backend = await stack.enter_async_context(_backend(dsn, listen_dsn))
-            except Exception as exc:
+            except RxMeshError:
+                raise  # already rxmesh's own (a StoreError, a ChangeFeedUnverifiedError)
+            except Exception as exc:  # the driver's own: a missing database, a bad DSN
                 raise DrillSetupError(f"{type(exc).__name__}: {exc}") from exc
             ledger = PendingWriteLedger(directory)
             stack.callback(ledger.close)  # after the mesh is disposed: commits what settled
