@@ -13,6 +13,7 @@ from loguru import logger
 logger.disable("rxmesh")
 
 if TYPE_CHECKING:
+    from rxmesh.http import http_status
     from rxmesh.mesh import Mesh
     from rxmesh.model import AccessContext, MeshNode
     from rxmesh.operations import (
@@ -34,6 +35,7 @@ __all__ = [
     "MeshNode",
     "RejectionReason",
     "Verdict",
+    "http_status",
 ]
 
 __version__ = "0.1.0"
@@ -48,6 +50,7 @@ _HOMES = {
     "CreateNodesResponse": "rxmesh.operations",
     "RejectionReason": "rxmesh.operations",
     "Verdict": "rxmesh.operations",
+    "http_status": "rxmesh.http",
 }
 
 

@@ -45,10 +45,10 @@ class ImportReport:
 
     def format(self) -> str:
         """The report as text for a person."""
-        rate = self.items / self.seconds if self.seconds > 0 else 0.0
         lines = [
-            f"rxmesh import: {self.items} entries from {self.files} file(s) into {self.store} "
-            f"in {self.seconds:.2f}s ({rate:,.0f}/s)",
+            f"rxmesh import: {_count(self.items, 'entry', 'entries')} from "
+            f"{_count(self.files, 'file', 'files')} into {self.store} in {_took(self.seconds)}"
+            + _rate(self.items, self.seconds),
             f"  created           {self.created}",
             f"  already present   {self.already_present}",
             f"  refused           {len(self.refused)}",
@@ -86,6 +86,24 @@ class ImportReport:
         }[self.exit_status]
         lines.append(f"exit status {self.exit_status}: {verdict}")
         return "\n".join(lines)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def _took(seconds: float) -> str:
+    if seconds < 0.001:
+        return "under 1 ms"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:,.2f} s"
+
+
+def _rate(items: int, seconds: float) -> str:
+    # A rate over less than a second is mostly start-up noise: 1 entry in 0.5 ms is not
+    # "2,000 entries/s".
+    if seconds < 1:
+        return ""
+    return f" ({items / seconds:,.0f} entries/s)"
 
 
 class Progress:

@@ -22,6 +22,7 @@ PermissionError`` catches a missing grant)::
     ├── PendingWriteHeldError             another requester's intent for that path is outstanding
     ├── MeshDisposedError                 the mesh was disposed by its owner
     ├── SlowConsumerError                 an ``async for`` fell max_pending items behind its stream
+    ├── DrillSetupError                   ``rxmesh drill`` could not begin (its store did not start)
     └── NodeOperationError                UNKNOWN; base of the verbs' errors
         ├── StoreUnavailableError         UNAVAILABLE: not evaluated, nothing written
         ├── NodeExistsError               NODE_ALREADY_EXISTS
@@ -45,6 +46,7 @@ __all__ = [
     "ChangeFeedUnverifiedError",
     "DeliveryErrorType",
     "DeliveryFailure",
+    "DrillSetupError",
     "InvalidNodeTypeError",
     "InvalidPathError",
     "JournalError",
@@ -300,13 +302,28 @@ class SlowConsumerError(RxMeshError):
     before this was raised. Query frames never cause it: they are coalesced."""
 
 
+class DrillSetupError(RxMeshError):
+    """The drill could not begin: its store did not start (a missing database, an unknown role,
+    a DSN that is not PostgreSQL's, a server that does not answer). The cause is chained; nothing
+    of the drill ran, so no invariant was judged."""
+
+
 class NodeOperationError(RxMeshError):
     """A node operation failed for an unexpected reason (UNKNOWN); base of all verb errors.
 
     Args:
         message: the answer's text.
         path: the node path concerned, when there is one.
+
+    Raised by the mesh's in-process verbs, it also carries what the answer said:
+    ``reason`` (the :class:`~rxmesh.operations.RejectionReason`), ``request_id``,
+    ``recorded_for_reissue`` and ``outcome_unknown`` (``None`` / ``False`` elsewhere).
     """
+
+    reason: str | None = None
+    request_id: str | None = None
+    recorded_for_reissue: bool = False
+    outcome_unknown: bool = False
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)

@@ -58,7 +58,7 @@ from rxmesh.drill._drill import (
     DRILL_RETRY_DELAYS,
     SABOTAGES,
 )
-from rxmesh.drill._runner import run_drill
+from rxmesh.drill._runner import DrillSetupError, run_drill
 from rxmesh.drill._timeline import DrillEvent, DrillResult
 from rxmesh.drill.invariants import DrillAccounting, Invariant, RequestAccount, check_invariants
 
@@ -70,6 +70,7 @@ __all__ = [
     "DrillAccounting",
     "DrillEvent",
     "DrillResult",
+    "DrillSetupError",
     "Invariant",
     "RequestAccount",
     "add_arguments",

@@ -9,11 +9,26 @@ import sys
 from collections.abc import Sequence
 
 from rxmesh.drill._drill import SABOTAGES
-from rxmesh.drill._runner import run_drill
+from rxmesh.drill._runner import DrillSetupError, run_drill
 from rxmesh.exceptions import ChangeFeedUnverifiedError, StoreError
 from rxmesh.faults import is_store_unreachable
 
 __all__ = ["add_arguments", "main", "run"]
+
+_SCHEMES = ("postgresql://", "postgres://")
+
+
+def _why_not_begun(cause: BaseException) -> str:
+    """One line: why the drill could not begin (exit status 2, not "an invariant broke")."""
+    text = " ".join(str(cause).split()) or type(cause).__name__
+    if isinstance(cause, StoreError) and is_store_unreachable(cause):
+        return f"the store could not be reached before the drill began: {text}"
+    if isinstance(cause, ChangeFeedUnverifiedError):  # a pooler without --listen-dsn, say
+        return (
+            f"the store refused to start: {text} "
+            "(behind a pooler, give the server itself as --listen-dsn)"
+        )
+    return f"the drill could not begin: {type(cause).__name__}: {text}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the drill for parsed ``args``; returns the exit status (0 only if all invariants hold).
+    """Run the drill for parsed ``args``; returns the exit status: 0 every invariant holds, 1 one
+    broke, 2 the drill could not begin (a bad DSN, a missing database or role, a server that does
+    not answer), said in one line on stderr.
 
     rxmesh's own logging is left as the caller set it (the ``rxmesh`` CLI shows it only with
     ``--show-log``); without ``--show-log``, asyncpg's pool warnings (printed by Python's
@@ -65,6 +82,15 @@ def run(args: argparse.Namespace) -> int:
     """
     if not args.show_log:
         logging.getLogger("asyncpg").addHandler(logging.NullHandler())
+    for option, dsn in (("--dsn", args.dsn), ("--listen-dsn", args.listen_dsn)):
+        if dsn is not None and not dsn.startswith(_SCHEMES):
+            scheme = dsn.partition("://")[0] if "://" in dsn else dsn[:20]
+            print(
+                f"rxmesh drill: {option} must be a PostgreSQL DSN (postgresql://...), "
+                f"got {scheme!r}",
+                file=sys.stderr,
+            )
+            return 2
     try:
         result = asyncio.run(
             run_drill(
@@ -79,21 +105,14 @@ def run(args: argparse.Namespace) -> int:
                 json_lines=args.json,
             )
         )
+    except DrillSetupError as exc:
+        print(f"rxmesh drill: {_why_not_begun(exc.__cause__ or exc)}", file=sys.stderr)
+        return 2
     except StoreError as exc:
-        if is_store_unreachable(exc):
-            print(
-                f"rxmesh drill: the store could not be reached before the drill began: {exc}",
-                file=sys.stderr,
-            )
-            return 2
-        if isinstance(exc, ChangeFeedUnverifiedError):  # a pooler without --listen-dsn, say
-            print(
-                f"rxmesh drill: the store refused to start: {exc}\n"
-                "rxmesh drill: behind a pooler, give the server itself as --listen-dsn",
-                file=sys.stderr,
-            )
-            return 2
-        raise
+        if not (is_store_unreachable(exc) or isinstance(exc, ChangeFeedUnverifiedError)):
+            raise
+        print(f"rxmesh drill: {_why_not_begun(exc)}", file=sys.stderr)
+        return 2
     return result.exit_status
 
 

@@ -284,7 +284,7 @@ class Drill:
         note = ""
         if tracked.unavailable:
             note = (
-                f"; journaled as {journal.name[:12]}..."
+                f"; journaled in {journal.name}"
                 if tracked.journaled and journal
                 else "; journaled"
                 if tracked.journaled

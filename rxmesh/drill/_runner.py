@@ -22,6 +22,7 @@ from rxmesh.drill._drill import (
 )
 from rxmesh.drill._timeline import DrillResult, Timeline
 from rxmesh.drill.invariants import DrillAccounting, Invariant, check_invariants
+from rxmesh.exceptions import DrillSetupError, RxMeshError
 from rxmesh.health import HealthReport, HealthStatus
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import NODE_TYPE_NODE_TYPE, ChangeFeedGap, MeshNode
@@ -34,7 +35,7 @@ from rxmesh.operators import (
 if TYPE_CHECKING:
     from rxmesh.testing import OutageBackend
 
-__all__ = ["run_drill"]
+__all__ = ["DrillSetupError", "run_drill"]
 
 
 def _ms(delays: Sequence[float]) -> str:
@@ -94,6 +95,13 @@ async def run_drill(
         sabotage: inject a broken invariant (see :data:`SABOTAGES`) to prove the drill fails.
         out: where to write the timeline (``None``: nowhere).
         json_lines: write JSON lines instead of text.
+
+    Raises:
+        StoreError: the store could not be reached, or refused to start
+            (:class:`~rxmesh.exceptions.ChangeFeedUnverifiedError`), before the drill began.
+        DrillSetupError: the store did not start for another reason (a missing database or
+            role, a DSN that is not PostgreSQL's); the driver's error is chained.
+        ValueError: a bad argument.
     """
     if sabotage is not None and sabotage not in SABOTAGES:
         raise ValueError(f"sabotage must be one of {SABOTAGES}, got {sabotage!r}")
@@ -106,7 +114,12 @@ async def run_drill(
     directory = Path(tempfile.mkdtemp(prefix="rxmesh-drill-")) if owned else Path(journal_dir or "")
     try:
         async with AsyncExitStack() as stack:
-            backend = await stack.enter_async_context(_backend(dsn, listen_dsn))
+            try:
+                backend = await stack.enter_async_context(_backend(dsn, listen_dsn))
+            except RxMeshError:
+                raise  # already rxmesh's own (a StoreError, a ChangeFeedUnverifiedError)
+            except Exception as exc:  # the driver's own: a missing database, a bad DSN
+                raise DrillSetupError(f"{type(exc).__name__}: {exc}") from exc
             ledger = PendingWriteLedger(directory)
             stack.callback(ledger.close)  # after the mesh is disposed: commits what settled
             drill = Drill(

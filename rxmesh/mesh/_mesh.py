@@ -23,12 +23,12 @@ from rxmesh.exceptions import MeshDisposedError
 from rxmesh.ledger import PendingWriteLedger, PendingWriteRecovery
 from rxmesh.mesh._access import AccessPolicy, GrantPolicy
 from rxmesh.mesh._answer import Attempt, TerminalArm, answer_now, answer_once, immediate
-from rxmesh.mesh._arms import error_for
 from rxmesh.mesh._bootstrap import Partitions
 from rxmesh.mesh._bulk import Bulk
 from rxmesh.mesh._core import MeshCore, NodeTypeValidator, Validator
 from rxmesh.mesh._create import Create
 from rxmesh.mesh._facts_cache import FactsCache
+from rxmesh.mesh._in_process import error_of, parsed, path_of, request_fields
 from rxmesh.mesh._pending import PendingWrites
 from rxmesh.mesh._requests import (
     CHECK_STEP,
@@ -249,24 +249,34 @@ class Mesh:
             reissue=req.reissued_after_unavailable,
         )
 
-    async def create(self, node: MeshNode, *, access: AccessContext | None = None) -> MeshNode:
-        """Create ``node`` and return it as stored, or raise one exception type per reason.
+    async def create(
+        self,
+        node: MeshNode | Mapping[str, Any],
+        *,
+        access: AccessContext | None = None,
+        request_id: str | None = None,
+    ) -> MeshNode:
+        """Create ``node`` (a :class:`~rxmesh.model.MeshNode` or a mapping of its fields) and
+        return it as stored, or raise one exception type per reason (input the model refuses
+        too: :class:`InvalidPathError` / :class:`NodeValidationError`, naming the field).
+
+        ``request_id``: the idempotency key (an HTTP service passes its ``Idempotency-Key``),
+        new per call when not given. A re-send with the same key answers what the first answer
+        would have been: the node, when this request's row is there (an earlier try, or the
+        mesh's own re-issue, landed).
 
         Raises:
-            StoreUnavailableError: UNAVAILABLE (re-issuing the same node is meaningful).
-            NodeExistsError: NODE_ALREADY_EXISTS.
+            StoreUnavailableError: UNAVAILABLE (re-send it with the same ``request_id``).
+            NodeExistsError: NODE_ALREADY_EXISTS (a row written by another request).
             NodeAccessDeniedError: FORBIDDEN (also a ``PermissionError``).
             InvalidPathError: INVALID_PATH (also a ``ValueError``).
             InvalidNodeTypeError: INVALID_NODE_TYPE (also a ``ValueError``).
             NodeValidationError: VALIDATION_FAILED (also a ``ValueError``).
-            NodeOperationError: UNKNOWN.
+            NodeOperationError: UNKNOWN (each carries the answer: see :func:`rxmesh.http_status`).
         """
         self._check_open()
-        try:
-            req = parse(CreateNodeRequest, CreateNodeRequest(node=node, access=access))
-        except (ValidationError, ValueError) as exc:
-            reason, text = parse_failure(exc)
-            raise error_for(reason, text, node.path) from exc
+        given = request_fields({"node": node, "access": access}, request_id)
+        req = parsed(CreateNodeRequest, given, path_of(node))
         # The same attempt create_node runs, awaited directly (no observable in between).
         response = await answer_now(
             functools.partial(Create.attempt, self._create, req),
@@ -276,7 +286,7 @@ class Mesh:
         )
         if response.success and response.node is not None:
             return response.node
-        raise error_for(response.rejection_reason, response.error, node.path)
+        raise error_of(response, req.node.path)
 
     def create_nodes(
         self, request: CreateNodesRequest | Mapping[str, Any] | str | bytes
@@ -352,46 +362,66 @@ class Mesh:
         return self._verb("move", MoveNodeRequest, request, self._verbs.move)
 
     async def _in_process(
-        self, source: Observable[NodeOperationResponse], path: str
+        self,
+        verb: str,
+        model: type[UpdateNodeRequest] | type[DeleteNodeRequest] | type[MoveNodeRequest],
+        attempt: Callable[[Any], Callable[[], Attempt[NodeOperationResponse]]],
+        request_id: str | None,
+        **fields: Any,
     ) -> MeshNode | None:
-        response = await first_value(source)
+        given = request_fields(fields, request_id)
+        response = await first_value(self._verb(verb, model, given, attempt))
         if response.success:
             return response.node
-        raise error_for(response.rejection_reason, response.error, path)
+        shown = fields.get("node") or fields.get("path") or fields.get("source") or ""
+        raise error_of(response, path_of(shown))
 
     async def update(
         self,
-        node: MeshNode,
+        node: MeshNode | Mapping[str, Any],
         *,
         access: AccessContext | None = None,
         expected_version: int | None = None,
+        request_id: str | None = None,
     ) -> MeshNode:
         """Update ``node`` in place and return it as stored; raises one type per reason.
 
         ``expected_version``: the version the update is based on (compare-and-set); without it,
         the version this call reads. Another write first raises
         :class:`~rxmesh.exceptions.NodeVersionConflictError` (VERSION_CONFLICT); the other
-        reasons raise what :meth:`create` raises for them.
+        reasons raise what :meth:`create` raises for them; ``node`` and ``request_id`` are as
+        in :meth:`create`.
         """
         result = await self._in_process(
-            self.update_node(
-                UpdateNodeRequest(node=node, access=access, expected_version=expected_version)
-            ),
-            node.path,
+            "update",
+            UpdateNodeRequest,
+            self._verbs.update,
+            request_id,
+            node=node,
+            access=access,
+            expected_version=expected_version,
         )
         assert result is not None  # a successful update always carries the node
         return result
 
     async def delete(
-        self, path: str, *, access: AccessContext | None = None, expected_version: int | None = None
+        self,
+        path: str,
+        *,
+        access: AccessContext | None = None,
+        expected_version: int | None = None,
+        request_id: str | None = None,
     ) -> None:
-        """Delete the node at ``path`` (compare-and-set, as :meth:`update`); raises one
-        exception type per reason."""
+        """Delete the node at ``path`` (compare-and-set and ``request_id`` as :meth:`update`);
+        raises one exception type per reason."""
         await self._in_process(
-            self.delete_node(
-                DeleteNodeRequest(path=path, access=access, expected_version=expected_version)
-            ),
-            path,
+            "delete",
+            DeleteNodeRequest,
+            self._verbs.delete,
+            request_id,
+            path=path,
+            access=access,
+            expected_version=expected_version,
         )
 
     async def move(
@@ -401,16 +431,19 @@ class Mesh:
         *,
         access: AccessContext | None = None,
         expected_version: int | None = None,
+        request_id: str | None = None,
     ) -> MeshNode:
-        """Move the node at ``source`` to ``target`` (compare-and-set on the source, as
-        :meth:`update`); raises one exception type per reason."""
+        """Move the node at ``source`` to ``target`` (compare-and-set on the source and
+        ``request_id`` as :meth:`update`); raises one exception type per reason."""
         result = await self._in_process(
-            self.move_node(
-                MoveNodeRequest(
-                    source=source, target=target, access=access, expected_version=expected_version
-                )
-            ),
-            source,
+            "move",
+            MoveNodeRequest,
+            self._verbs.move,
+            request_id,
+            source=source,
+            target=target,
+            access=access,
+            expected_version=expected_version,
         )
         assert result is not None  # a successful move always carries the node
         return result

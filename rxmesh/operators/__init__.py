@@ -13,6 +13,14 @@
   of ``subscribe``), driving the very same ladder definitions: same defaults, classifiers, hooks,
   "only before the first item" and "an item resets the budget"; nothing yielded is yielded twice.
 
+- :class:`Ladder` — the ladder itself: ``await Ladder.of().call(coroutine_function)`` runs a
+  one-shot coroutine through it (the mesh's own store calls go this way); :class:`ReopenLadder`
+  is the re-open schedule.
+
+Each takes ``jitter=`` (off by default: the schedules above are the contract; with it, up to that
+fraction of each delay is added at random, from ``random=``), and all the waits shrink at once
+under :func:`rxmesh.testing.set_testing`.
+
 All take ``scheduler=``; without one the operators use the subscription's scheduler, else the
 running asyncio loop, never a thread timer inside an asyncio application (the async drivers:
 ``asyncio.sleep``). Bad arguments are refused when the operator is built (``TypeError``/
@@ -24,6 +32,7 @@ from __future__ import annotations
 from rxmesh.operators._aio_reopen_on_transient_fault import reopen_on_transient_fault_async
 from rxmesh.operators._aio_retry_transient_connect import retry_transient_connect_async
 from rxmesh.operators._fan_in import DEFAULT_INITIAL_BUDGET, fan_in
+from rxmesh.operators._ladder import Ladder, ReopenLadder
 from rxmesh.operators._reopen_on_transient_fault import (
     DEFAULT_MAX_CONSECUTIVE_REOPENS,
     DEFAULT_REOPEN_BACKOFF,
@@ -39,6 +48,8 @@ __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_REOPENS",
     "DEFAULT_REOPEN_BACKOFF",
     "DEFAULT_RETRY_DELAYS",
+    "Ladder",
+    "ReopenLadder",
     "fan_in",
     "reopen_on_transient_fault",
     "reopen_on_transient_fault_async",

@@ -19,7 +19,9 @@ from rxmesh.operators._aio_drive import drive
 from rxmesh.operators._ladder import (
     DEFAULT_MAX_CONSECUTIVE_REOPENS,
     DEFAULT_REOPEN_BACKOFF,
+    NO_JITTER,
     OnReopen,
+    Random,
     ReopenLadder,
     require_callable,
 )
@@ -38,6 +40,8 @@ def reopen_on_transient_fault_async(
     max_consecutive: int = ...,
     is_transient: Callable[[BaseException], bool] = ...,
     on_reopen: OnReopen | None = ...,
+    jitter: float = ...,
+    random: Random | None = ...,
     scheduler: abc.SchedulerBase | None = ...,
 ) -> AsyncIterator[T]: ...
 
@@ -50,6 +54,8 @@ def reopen_on_transient_fault_async(
     max_consecutive: int = ...,
     is_transient: Callable[[BaseException], bool] = ...,
     on_reopen: OnReopen | None = ...,
+    jitter: float = ...,
+    random: Random | None = ...,
     scheduler: abc.SchedulerBase | None = ...,
 ) -> Callable[[Callable[P, AsyncIterable[T]]], Callable[P, AsyncIterator[T]]]: ...
 
@@ -61,6 +67,8 @@ def reopen_on_transient_fault_async(
     max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
     is_transient: Callable[[BaseException], bool] = is_standing_watch_transient,
     on_reopen: OnReopen | None = None,
+    jitter: float = NO_JITTER,
+    random: Random | None = None,
     scheduler: abc.SchedulerBase | None = None,
 ) -> AsyncIterator[T] | Callable[[Callable[P, AsyncIterable[T]]], Callable[P, AsyncIterator[T]]]:
     """A standing watch over ``open()`` that re-opens after a transient fault, and only then.
@@ -82,6 +90,8 @@ def reopen_on_transient_fault_async(
         is_transient: the classifier; :func:`rxmesh.faults.is_standing_watch_transient`.
         on_reopen: called as ``on_reopen(fault, n, delay)`` before each wait. A WARNING is
             logged too.
+        jitter: up to that fraction of each delay added at random (0, the default: the
+            delays exactly); ``random``: the source of the draws (``random.random``).
         scheduler: where the waits run (virtual time on a ``TestScheduler``); else
             ``asyncio.sleep`` on the running loop.
 
@@ -98,7 +108,12 @@ def reopen_on_transient_fault_async(
     """
     require_callable("open", open, optional=True)
     schedule = ReopenLadder.of(
-        backoff, max_consecutive=max_consecutive, is_transient=is_transient, on_reopen=on_reopen
+        backoff,
+        max_consecutive=max_consecutive,
+        is_transient=is_transient,
+        on_reopen=on_reopen,
+        jitter=jitter,
+        random=random,
     )
 
     def watch(factory: Callable[[], AsyncIterable[T]]) -> AsyncIterator[T]:

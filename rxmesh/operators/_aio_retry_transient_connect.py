@@ -16,7 +16,14 @@ from reactivex import abc
 
 from rxmesh.faults import is_transient_connect_fault
 from rxmesh.operators._aio_drive import drive
-from rxmesh.operators._ladder import DEFAULT_RETRY_DELAYS, Ladder, OnRetry, require_callable
+from rxmesh.operators._ladder import (
+    DEFAULT_RETRY_DELAYS,
+    NO_JITTER,
+    Ladder,
+    OnRetry,
+    Random,
+    require_callable,
+)
 
 __all__ = ["retry_transient_connect_async"]
 
@@ -29,6 +36,8 @@ def retry_transient_connect_async(
     *,
     should_retry: Callable[[BaseException], bool] = is_transient_connect_fault,
     on_retry: OnRetry | None = None,
+    jitter: float = NO_JITTER,
+    random: Random | None = None,
     scheduler: abc.SchedulerBase | None = None,
 ) -> Callable[[Callable[P, AsyncIterable[T]]], Callable[P, AsyncIterator[T]]]:
     """A decorator: call the async-generator function again after a transient connect fault,
@@ -46,6 +55,8 @@ def retry_transient_connect_async(
         should_retry: the classifier; the one rule of :mod:`rxmesh.faults` by default.
         on_retry: called as ``on_retry(error, attempt, delay)`` once per scheduled retry, before
             the wait (``attempt`` counts from 1). A WARNING is logged there too.
+        jitter: up to that fraction of each delay added at random (0, the default: the
+            delays exactly); ``random``: the source of the draws (``random.random``).
         scheduler: where the waits run (virtual time on a ``TestScheduler``); else
             ``asyncio.sleep`` on the running loop.
 
@@ -59,7 +70,9 @@ def retry_transient_connect_async(
         ... async def orders():
         ...     yield "order 1"
     """
-    ladder = Ladder.of(delays, should_retry=should_retry, on_retry=on_retry)
+    ladder = Ladder.of(
+        delays, should_retry=should_retry, on_retry=on_retry, jitter=jitter, random=random
+    )
 
     def decorate(func: Callable[P, AsyncIterable[T]]) -> Callable[P, AsyncIterator[T]]:
         require_callable("the decorated object", func)

@@ -1,6 +1,9 @@
-"""The retry ladder's ONE definition (SPEC §2): its delays, its classifier, its hook, and the rule
-that decides between "retry after d seconds" and "give up with the last error"; and the standing
-watch's re-open schedule (SPEC §6), :class:`ReopenLadder`, defined once the same way.
+"""The retry ladder's ONE definition: its delays, its classifier, its hook, and the rule that
+decides between "retry after d seconds" and "give up with the last error"; and the standing
+watch's re-open schedule, :class:`ReopenLadder`, defined once the same way.
+
+Both compute every wait in one place, :func:`_wait`: the schedule's delay, lengthened by the
+optional jitter, scaled while :func:`rxmesh.testing.set_testing` is on.
 
 Thin drivers use them and hold no rule of their own: the reactivex operator
 :func:`~rxmesh.operators.retry_transient_connect` (for streams: "before the first item"),
@@ -13,6 +16,8 @@ failure is "before the first item") and :func:`~rxmesh.operators.retry_transient
 from __future__ import annotations
 
 import asyncio
+import math
+import random as _random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -28,12 +33,17 @@ __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_REOPENS",
     "DEFAULT_REOPEN_BACKOFF",
     "DEFAULT_RETRY_DELAYS",
+    "NO_JITTER",
     "Ladder",
     "OnReopen",
     "OnRetry",
+    "Random",
     "ReopenLadder",
+    "delay_scale",
     "require_callable",
+    "scale_delays",
     "scheduler_sleep",
+    "validate_jitter",
     "validate_ladder",
 ]
 
@@ -53,6 +63,73 @@ DEFAULT_MAX_CONSECUTIVE_REOPENS = 5
 
 OnReopen = Callable[[BaseException, int, float], object]
 """``on_reopen(fault, n, delay)``: ``n`` is the consecutive re-open about to be waited for."""
+
+
+NO_JITTER = 0.0
+"""The default ``jitter``: the schedules wait their delays exactly."""
+
+Random = Callable[[], float]
+"""A source of uniform draws in ``[0, 1]`` (``random.random`` unless one is injected)."""
+
+_scale: float | None = None  # set by rxmesh.testing.set_testing: every wait is multiplied by it
+
+
+def scale_delays(scale: float | None) -> float | None:
+    """Multiply every wait of every ladder and re-open schedule by ``scale`` from now on (``None``:
+    the schedules as defined); returns the previous scale. :func:`rxmesh.testing.set_testing` is
+    the public way in."""
+    global _scale
+    if scale is not None and (not _is_number(scale) or not 0 <= scale < math.inf):
+        raise ValueError(f"scale must be a finite number >= 0, got {scale!r}")
+    previous, _scale = _scale, None if scale is None else float(scale)
+    return previous
+
+
+def delay_scale() -> float | None:
+    """The scale :func:`scale_delays` set (``None``: off)."""
+    return _scale
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def validate_jitter(jitter: object, random: Random | None) -> float:
+    """``jitter`` as a float in ``[0, 1]`` and ``random`` callable (or ``None``), else the error
+    naming the argument."""
+    if not _is_number(jitter):
+        raise TypeError(f"jitter must be a number, got {type(jitter).__name__}")
+    assert isinstance(jitter, int | float)
+    if not 0 <= jitter <= 1:
+        raise ValueError(
+            f"jitter must be between 0 and 1 (a fraction of each delay), got {jitter!r}"
+        )
+    require_callable("random", random, optional=True)
+    return float(jitter)
+
+
+def _wait(delay: float, jitter: float, random: Random | None) -> float:
+    """The wait before a retry or re-open whose scheduled delay is ``delay``: up to ``jitter``
+    times the delay added, drawn from ``random`` — never shorter than the schedule, which stays
+    the contract; then scaled while testing."""
+    if jitter:
+        draw = (random or _random.random)()
+        if not 0 <= draw <= 1:
+            raise ValueError(f"random() must return a number in [0, 1], got {draw!r}")
+        delay += delay * jitter * draw
+    return delay if _scale is None else delay * _scale
+
+
+def _first_report(error: BaseException, attempt: int) -> bool:
+    """Whether ``error``'s retry number ``attempt`` is logged here for the first time (the mark
+    is kept on the error object itself: exceptions take no weak reference)."""
+    if getattr(error, "_rxmesh_retry_logged", 0) >= attempt:
+        return False
+    try:
+        error._rxmesh_retry_logged = attempt  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with __slots__: logged every time
+        pass
+    return True
 
 
 async def scheduler_sleep(scheduler: abc.SchedulerBase | None, seconds: float) -> None:
@@ -94,12 +171,23 @@ class Ladder:
     """Retry once, then answer: ``len(delays)`` retries at most, waiting ``delays[i]`` before the
     i-th, only for errors ``should_retry`` accepts, only before the first item.
 
-    Build it with :meth:`of` (which validates); use :meth:`step` from a driver.
+    Build it with :meth:`of` (which validates); await :meth:`call` to run a coroutine through
+    it; drivers use :meth:`step`.
+
+    Example:
+        >>> import asyncio
+        >>> from rxmesh.operators import Ladder
+        >>> async def read() -> str:
+        ...     return "row"
+        >>> asyncio.run(Ladder.of().call(read))
+        'row'
     """
 
     delays: tuple[float, ...]
     should_retry: Callable[[BaseException], bool]
     on_retry: OnRetry | None
+    jitter: float = NO_JITTER
+    random: Random | None = None
 
     @classmethod
     def of(
@@ -108,12 +196,19 @@ class Ladder:
         *,
         should_retry: Callable[[BaseException], bool] = is_transient_connect_fault,
         on_retry: OnRetry | None = None,
+        jitter: float = NO_JITTER,
+        random: Random | None = None,
     ) -> Ladder:
-        """A validated ladder (``TypeError``/``ValueError`` naming the bad argument)."""
+        """A validated ladder (``TypeError``/``ValueError`` naming the bad argument).
+
+        ``jitter``: up to that fraction of each delay is added at random (0, the default: the
+        delays exactly), so many callers that failed together do not retry together; the
+        delays stay the floor. ``random``: the source of the draws (``random.random``).
+        """
         ladder = validate_ladder("delays", delays, allow_empty=True)
         require_callable("should_retry", should_retry)
         require_callable("on_retry", on_retry, optional=True)
-        return cls(ladder, should_retry, on_retry)
+        return cls(ladder, should_retry, on_retry, validate_jitter(jitter, random), random)
 
     def step(self, error: BaseException, retries: int, *, emitted: bool) -> float | None:
         """THE rule: after the failure ``error`` (with ``retries`` retries made so far, and
@@ -125,12 +220,15 @@ class Ladder:
         """
         if emitted or retries >= len(self.delays) or not self.should_retry(error):
             return None
-        delay = self.delays[retries]
+        delay = _wait(self.delays[retries], self.jitter, self.random)
         attempt = retries + 1
         error_type = type(error).__name__
-        logger.bind(
+        # The members of one write group (and the callers of one shared connect) all get the
+        # group's one error object: one WARNING per retry of it, the rest at DEBUG.
+        log = logger.bind(
             attempt=attempt, attempts=len(self.delays), delay=delay, error_type=error_type
-        ).warning(
+        )
+        (log.warning if _first_report(error, attempt) else log.debug)(
             "store not reached ({}: {}); resubscribing in {}s (retry {}/{})",
             error_type,
             error,
@@ -183,6 +281,8 @@ class ReopenLadder:
     max_consecutive: int
     is_transient: Callable[[BaseException], bool]
     on_reopen: OnReopen | None
+    jitter: float = NO_JITTER
+    random: Random | None = None
 
     @classmethod
     def of(
@@ -192,13 +292,17 @@ class ReopenLadder:
         max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
         is_transient: Callable[[BaseException], bool] = is_standing_watch_transient,
         on_reopen: OnReopen | None = None,
+        jitter: float = NO_JITTER,
+        random: Random | None = None,
     ) -> ReopenLadder:
-        """A validated schedule (``TypeError``/``ValueError`` naming the bad argument)."""
+        """A validated schedule (``TypeError``/``ValueError`` naming the bad argument);
+        ``jitter`` and ``random`` as in :meth:`Ladder.of`."""
         steps = validate_ladder("backoff", backoff, allow_empty=False)
         at_least("max_consecutive", max_consecutive, 0)
         require_callable("is_transient", is_transient)
         require_callable("on_reopen", on_reopen, optional=True)
-        return cls(steps, max_consecutive, is_transient, on_reopen)
+        jitter = validate_jitter(jitter, random)
+        return cls(steps, max_consecutive, is_transient, on_reopen, jitter, random)
 
     def step(
         self, fault: BaseException, consecutive: int, *, emitted: bool
@@ -228,7 +332,7 @@ class ReopenLadder:
             if _instrumentation.enabled:
                 _instrumentation.watch_surfaced("budget_spent", fault, n - 1)
             return n, None
-        delay = self.backoff[min(n, len(self.backoff)) - 1]
+        delay = _wait(self.backoff[min(n, len(self.backoff)) - 1], self.jitter, self.random)
         logger.bind(
             reopen=n, max_reopens=self.max_consecutive, delay=delay, error_type=fault_type
         ).warning(

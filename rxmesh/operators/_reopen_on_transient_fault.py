@@ -18,7 +18,9 @@ from rxmesh.faults import is_standing_watch_transient
 from rxmesh.operators._ladder import (
     DEFAULT_MAX_CONSECUTIVE_REOPENS,
     DEFAULT_REOPEN_BACKOFF,
+    NO_JITTER,
     OnReopen,
+    Random,
     ReopenLadder,
     require_callable,
 )
@@ -40,6 +42,8 @@ def reopen_on_transient_fault(
     max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
     is_transient: Callable[[BaseException], bool] = is_standing_watch_transient,
     on_reopen: OnReopen | None = None,
+    jitter: float = NO_JITTER,
+    random: Random | None = None,
     scheduler: abc.SchedulerBase | None = None,
 ) -> Observable[_T]:
     """A standing watch over ``open()`` that re-opens after a transient fault, and only then.
@@ -61,6 +65,8 @@ def reopen_on_transient_fault(
         is_transient: the classifier; :func:`rxmesh.faults.is_standing_watch_transient`.
         on_reopen: called as ``on_reopen(fault, n, delay)`` before each wait; the owner records
             the interruption on its health registry there. A WARNING is logged too.
+        jitter: up to that fraction of each delay added at random (0, the default: the
+            delays exactly); ``random``: the source of the draws (``random.random``).
         scheduler: where the backoff timers run; else the subscription's scheduler, else the
             running asyncio loop, else a thread timer (see :mod:`rxmesh._scheduling`).
 
@@ -77,7 +83,12 @@ def reopen_on_transient_fault(
     """
     require_callable("open", open)
     schedule = ReopenLadder.of(
-        backoff, max_consecutive=max_consecutive, is_transient=is_transient, on_reopen=on_reopen
+        backoff,
+        max_consecutive=max_consecutive,
+        is_transient=is_transient,
+        on_reopen=on_reopen,
+        jitter=jitter,
+        random=random,
     )
 
     def subscribe(

@@ -15,7 +15,7 @@ from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposab
 
 from rxmesh._scheduling import resolve_scheduler
 from rxmesh.faults import is_transient_connect_fault
-from rxmesh.operators._ladder import DEFAULT_RETRY_DELAYS, Ladder, OnRetry
+from rxmesh.operators._ladder import DEFAULT_RETRY_DELAYS, NO_JITTER, Ladder, OnRetry, Random
 from rxmesh.operators._sink import direct_sink
 
 __all__ = ["DEFAULT_RETRY_DELAYS", "retry_transient_connect"]
@@ -28,6 +28,8 @@ def retry_transient_connect(
     *,
     should_retry: Callable[[BaseException], bool] = is_transient_connect_fault,
     on_retry: OnRetry | None = None,
+    jitter: float = NO_JITTER,
+    random: Random | None = None,
     scheduler: abc.SchedulerBase | None = None,
 ) -> Callable[[Observable[_T]], Observable[_T]]:
     """Resubscribe a cold source after a transient connect fault, only before its first item.
@@ -44,6 +46,8 @@ def retry_transient_connect(
         should_retry: the classifier; the one rule of :mod:`rxmesh.faults` by default.
         on_retry: called as ``on_retry(error, attempt, delay)`` once per scheduled retry,
             before the wait (``attempt`` counts from 1). A WARNING is logged there too.
+        jitter: up to that fraction of each delay added at random (0, the default: the
+            delays exactly); ``random``: the source of the draws (``random.random``).
         scheduler: where the backoff timers run; else the subscription's scheduler, else the
             running asyncio loop, else a thread timer (see :mod:`rxmesh._scheduling`).
 
@@ -57,7 +61,9 @@ def retry_transient_connect(
         >>> reactivex.of(1, 2).pipe(retry_transient_connect()).run()
         2
     """
-    ladder = Ladder.of(delays, should_retry=should_retry, on_retry=on_retry)
+    ladder = Ladder.of(
+        delays, should_retry=should_retry, on_retry=on_retry, jitter=jitter, random=random
+    )
 
     def _retry(source: Observable[_T]) -> Observable[_T]:
         def subscribe(

@@ -15,11 +15,15 @@ own outage tests: :class:`OutageBackend` (the protocol), :class:`InMemoryOutage`
 store behind its fault knobs), :class:`PostgresProxyOutage` (a server behind a loopback
 :class:`FaultProxy`, never stopped) and :class:`ServerStopOutage` (a throwaway server, stopped and
 started again).
+
+:func:`set_testing` shrinks every retry and re-open wait of rxmesh in one call (a context manager
+too), so a test of your own code does not wait out the production schedules.
 """
 
 from __future__ import annotations
 
 from rxmesh.testing._cluster import TemporaryPostgresCluster
+from rxmesh.testing._delays import is_testing, set_testing
 from rxmesh.testing._fault_store import (
     WRITE_OPS,
     ExcFactory,
@@ -56,5 +60,7 @@ __all__ = [
     "TemporaryPostgresCluster",
     "connect_timeout_error",
     "connection_reset_error",
+    "is_testing",
+    "set_testing",
     "unreachable_error",
 ]

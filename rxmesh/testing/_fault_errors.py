@@ -26,7 +26,9 @@ def unreachable_error(store: str = "store") -> Exception:
         StoreError(
             f"store '{store}' unreachable: connection refused", sqlstate="08001", store=store
         ),
-        ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 5432)"),
+        # No address: the injected fault connected to nothing, and a printed one would send
+        # whoever reads the drill's timeline looking for a server.
+        ConnectionRefusedError(111, "Connect call refused (injected: no connection was made)"),
     )
 
 
