@@ -14,6 +14,7 @@ from rxmesh.exceptions import InvalidPathError, NodeValidationError
 __all__ = [
     "MAX_CONTENT_BYTES",
     "MAX_CONTENT_DEPTH",
+    "MAX_CONTENT_INT_DIGITS",
     "MAX_LABEL_LENGTH",
     "MAX_PARTITION_LENGTH",
     "MAX_PATH_DEPTH",
@@ -41,6 +42,12 @@ MAX_CONTENT_BYTES = 1_000_000
 """Largest node content accepted, in bytes of its JSON text."""
 MAX_CONTENT_DEPTH = 64
 """Deepest nesting of node content accepted (objects and arrays)."""
+MAX_CONTENT_INT_DIGITS = 640
+"""Most decimal digits of an integer in node content. Every Python process turns an integer of
+this many digits into text and back whatever its ``sys.set_int_max_str_digits`` (640 is the
+lowest limit it accepts), so each reader of the store decodes the row; PostgreSQL's ``jsonb``
+holds 131,072 digits, so both stores keep every integer this rule lets through."""
+_INT_LIMIT = 10**MAX_CONTENT_INT_DIGITS
 
 MAX_USER_ID_LENGTH = MAX_SEGMENT_LENGTH
 """Longest user id: it is a path segment (of the grant ``<partition>/_access/<user>``)."""
@@ -227,7 +234,8 @@ def validate_label(value: object, *, field: str = "on_behalf_of") -> str:
 def validate_content(path: str, content: object) -> None:
     """Refuse content a store cannot hold, naming where: nesting deeper than
     :data:`MAX_CONTENT_DEPTH`, NUL characters or lone surrogates in a string or key, NaN or
-    infinite numbers, or a value that is not JSON. Raises
+    infinite numbers, integers of more than :data:`MAX_CONTENT_INT_DIGITS` digits, or a value
+    that is not JSON. Raises
     :class:`~rxmesh.exceptions.NodeValidationError` naming the node and the place."""
     stack: list[tuple[object, str, int]] = [(content, "content", 0)]
     while stack:
@@ -241,8 +249,15 @@ def validate_content(path: str, content: object) -> None:
             problem = _storable_text(value)
             if problem:
                 raise NodeValidationError(f"node '{path}': {where} {problem}", path=path)
-        elif isinstance(value, bool) or value is None or isinstance(value, int):
+        elif isinstance(value, bool) or value is None:
             continue
+        elif isinstance(value, int):
+            if not -_INT_LIMIT < value < _INT_LIMIT:  # compared, never turned into text
+                raise NodeValidationError(
+                    f"node '{path}': {where} is an integer of more than "
+                    f"{MAX_CONTENT_INT_DIGITS} digits; at most {MAX_CONTENT_INT_DIGITS}",
+                    path=path,
+                )
         elif isinstance(value, float):
             if value != value or value in (float("inf"), float("-inf")):
                 raise NodeValidationError(

@@ -35,6 +35,7 @@ from pydantic import (
 from rxmesh._model_rules import (
     MAX_CONTENT_BYTES,
     MAX_CONTENT_DEPTH,
+    MAX_CONTENT_INT_DIGITS,
     MAX_LABEL_LENGTH,
     MAX_PARTITION_LENGTH,
     MAX_PATH_DEPTH,
@@ -60,6 +61,7 @@ from rxmesh._model_rules import (
 __all__ = [
     "MAX_CONTENT_BYTES",
     "MAX_CONTENT_DEPTH",
+    "MAX_CONTENT_INT_DIGITS",
     "MAX_LABEL_LENGTH",
     "MAX_PARTITION_LENGTH",
     "MAX_PATH_DEPTH",

@@ -120,9 +120,10 @@ def test_the_shortcut_decides_and_words_as_the_rule_did(content: object) -> None
 
 @pytest.mark.parametrize("content", [[10**5000], {"n": -(10**5000)}], ids=["huge", "huge-key"])
 def test_an_integer_json_cannot_write(content: object) -> None:
-    """Past Python's 4300 digits the rule's json.dumps raised ValueError: it still does."""
+    """Past Python's 4300 digits json.dumps raises ValueError: the rule refuses such an integer
+    (more than MAX_CONTENT_INT_DIGITS digits) first, by name."""
     _same(content)
-    assert _outcome(_new, _node(content))[0] is ValueError  # type: ignore[index]
+    assert _outcome(_new, _node(content))[0] is NodeValidationError  # type: ignore[index]
 
 
 def _nest(depth: int, leaf: object, kind: str) -> object:
