@@ -1,7 +1,7 @@
 """The bulk create, in its phases (SPEC §3).
 
-0. Store-free: a path twice, or an entry that fails the path/content presence checks, refuses
-   the batch naming the first offender.
+0. Store-free: a path twice, or an entry that fails a string, path or content check, refuses
+   the batch naming the first offender (the first entry, in entry order, failing any of them).
 1. One batched existence read: existing paths skipped and reported (``already_present``); rows of
    this very request (a verbatim re-issue) answered created, never as this attempt's landing.
 2. Every partition's facts read and judged before any is healed.
@@ -35,7 +35,14 @@ from rxmesh.mesh._answer import Attempt, AttemptFacts
 from rxmesh.mesh._arms import annotate, unreachable_note
 from rxmesh.mesh._core import now, stamp
 from rxmesh.mesh._job import Job
-from rxmesh.mesh._requests import CHECK_STEP
+from rxmesh.mesh._requests import (
+    CHECK_STEP,
+    entry_string_checks,
+    parse_failure,
+    request_id_of,
+    request_string_checks,
+    string_checks,
+)
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import CreateNodesRequest, CreateNodesResponse, RejectionReason
 from rxmesh.providers._store import call
@@ -65,39 +72,92 @@ class _BulkState(AttemptFacts):
 class Bulk(Job):
     """One mesh's bulk create."""
 
-    def refusal(
-        self, req: CreateNodesRequest
-    ) -> Generator[None, None, CreateNodesResponse | None]:
+    def checks(self, req: CreateNodesRequest) -> Generator[None, None, CreateNodesResponse | None]:
         """Phase 0: the batch's refusal naming its first offender, or ``None``; a stepwise
         check (a step every :data:`CHECK_STEP` nodes: run it with ``in_one_go`` or
-        ``stepwise``)."""
-        if len({node.path for node in req.nodes}) < len(req.nodes):
-            seen: set[str] = set()
-            for node in req.nodes:  # name the first path met again
-                if node.path in seen:
-                    return CreateNodesResponse.fail(
-                        req.request_id,
-                        RejectionReason.INVALID_PATH,
-                        f"path '{node.path}' appears more than once in the batch",
-                    )
-                seen.add(node.path)
-        access = req.access
-        if access is None and req.nodes[0].created_by:
-            access = AccessContext(user=req.nodes[0].created_by)
+        ``stepwise``).
+
+        Each check runs over every entry in turn (the strings, then the duplicates and the
+        content), the cheapest order for a valid batch; so the entry a refusing check names
+        may come after one that fails a later check. Only then are the entries walked once
+        more, each judged by every check in entry order, to name the first of them.
+        """
+        try:
+            yield from string_checks(req)
+        except ValueError as exc:  # NodeValidationError and InvalidPathError included
+            failure: CreateNodesResponse = _refused(req, exc)
+        else:
+            refusal = yield from self._refusal(req)
+            if refusal is None:
+                return None
+            failure = refusal
+        try:
+            request_string_checks(req)
+        except ValueError:
+            return failure  # the request's own fields, before any entry
+        first = yield from self._first_offender(req)
+        return failure if first is None else first
+
+    def _first_offender(
+        self, req: CreateNodesRequest
+    ) -> Generator[None, None, CreateNodesResponse | None]:
+        """The refusal naming the first entry that fails any store-free check, each entry
+        judged as :meth:`checks` judges it (path, strings, a repeated path, content)."""
+        access: AccessContext | None = None
+        seen: set[str] = set()
         for index, node in enumerate(req.nodes):
             if index and not index % CHECK_STEP:
                 yield
             try:
-                self._core.fail_fast(node, access)
-            except NodeValidationError as exc:
-                reason = (
-                    RejectionReason.INVALID_PATH
-                    if isinstance(exc, InvalidPathError)
-                    else RejectionReason.VALIDATION_FAILED
-                )
-                return CreateNodesResponse.fail(
-                    req.request_id, reason, f"first invalid entry '{node.path}': {exc}"
-                )
+                entry_string_checks(req, index)
+            except ValueError as exc:
+                return _refused(req, exc)
+            if not index:  # entry 0's created_by may name the requester: a user id by now
+                access = self._access(req)
+            if node.path in seen:
+                return _repeated(req, node.path)
+            seen.add(node.path)
+            if (refusal := self._entry_refusal(req, node, access)) is not None:
+                return refusal
+        return None
+
+    def _access(self, req: CreateNodesRequest) -> AccessContext | None:
+        if req.access is None and req.nodes[0].created_by:
+            return AccessContext(user=req.nodes[0].created_by)
+        return req.access
+
+    def _entry_refusal(
+        self, req: CreateNodesRequest, node: MeshNode, access: AccessContext | None
+    ) -> CreateNodesResponse | None:
+        try:
+            self._core.fail_fast(node, access)
+        except NodeValidationError as exc:
+            reason = (
+                RejectionReason.INVALID_PATH
+                if isinstance(exc, InvalidPathError)
+                else RejectionReason.VALIDATION_FAILED
+            )
+            return CreateNodesResponse.fail(
+                req.request_id, reason, f"first invalid entry '{node.path}': {exc}"
+            )
+        return None
+
+    def _refusal(
+        self, req: CreateNodesRequest
+    ) -> Generator[None, None, CreateNodesResponse | None]:
+        """The duplicates, then every entry's content checks: a refusal, or ``None``."""
+        if len({node.path for node in req.nodes}) < len(req.nodes):
+            seen: set[str] = set()
+            for node in req.nodes:  # name the first path met again
+                if node.path in seen:
+                    return _repeated(req, node.path)
+                seen.add(node.path)
+        access = self._access(req)
+        for index, node in enumerate(req.nodes):
+            if index and not index % CHECK_STEP:
+                yield
+            if (refusal := self._entry_refusal(req, node, access)) is not None:
+                return refusal
         return None
 
     def attempt(
@@ -282,6 +342,20 @@ class Bulk(Job):
             **fields,
             **recorded,
         )
+
+
+def _refused(req: CreateNodesRequest, exc: ValueError) -> CreateNodesResponse:
+    """A string check's refusal, as the answer to a malformed request states it."""
+    reason, text = parse_failure(exc)
+    return CreateNodesResponse.fail(request_id_of(req), reason, text)
+
+
+def _repeated(req: CreateNodesRequest, path: str) -> CreateNodesResponse:
+    return CreateNodesResponse.fail(
+        req.request_id,
+        RejectionReason.INVALID_PATH,
+        f"path '{path}' appears more than once in the batch",
+    )
 
 
 def _partitions(nodes: list[MeshNode]) -> list[str]:

@@ -32,13 +32,11 @@ from rxmesh.mesh._in_process import error_of, parsed, path_of, request_fields
 from rxmesh.mesh._pending import PendingWrites
 from rxmesh.mesh._requests import (
     CHECK_STEP,
-    check_strings,
     in_one_go,
     parse,
     parse_failure,
     request_id_of,
     stepwise,
-    string_checks,
 )
 from rxmesh.mesh._verbs import Verbs
 from rxmesh.model import AccessContext, MeshNode, NodeQuery, QueryFrame
@@ -300,25 +298,18 @@ class Mesh:
         self._check_open()
         try:
             req = parse(CreateNodesRequest, request, check=False)
-            small = len(req.nodes) <= CHECK_STEP
-            if small:
-                check_strings(req)
         except (ValidationError, ValueError) as exc:
             return immediate(self._refused(CreateNodesResponse, request, exc), "create_nodes")
         checks: Callable[[], Awaitable[CreateNodesResponse | None]] | None = None
-        if small:
-            refusal = in_one_go(self._bulk.refusal(req))
+        if len(req.nodes) <= CHECK_STEP:
+            refusal = in_one_go(self._bulk.checks(req))
             if refusal is not None:
                 return immediate(refusal, "create_nodes")
         else:
             # A large bulk is checked in the attempt, a step at a time: the same refusals, the
             # same answer, and the loop is never held for the checks of 10,000 nodes.
             async def checks() -> CreateNodesResponse | None:
-                try:
-                    await stepwise(string_checks(req))
-                except (ValidationError, ValueError) as exc:
-                    return self._refused(CreateNodesResponse, request, exc)
-                return await stepwise(self._bulk.refusal(req))
+                return await stepwise(self._bulk.checks(req))
 
         return answer_once(
             lambda: self._bulk.attempt(req, checks),

@@ -42,10 +42,12 @@ from rxmesh.operations import (
 __all__ = [
     "CHECK_STEP",
     "check_strings",
+    "entry_string_checks",
     "in_one_go",
     "parse",
     "parse_failure",
     "request_id_of",
+    "request_string_checks",
     "shown_key",
     "stepwise",
     "string_checks",
@@ -211,11 +213,7 @@ def string_checks(req: BaseModel) -> Generator[None, None, None]:
     """
     if not isinstance(req, _Request):
         return
-    validate_request_id(req.request_id, field="request_id")
-    if req.access is not None:
-        validate_user_id(req.access.user, field="access.user")
-        if req.access.on_behalf_of is not None:
-            validate_label(req.access.on_behalf_of, field="access.on_behalf_of")
+    request_string_checks(req)
     # Where a field is ("nodes.3.path") is worked out only for a value that fails its check: a
     # 10,000-node bulk builds no location string for a valid node.
     nodes: Sequence[MeshNode] = ()
@@ -248,21 +246,59 @@ def string_checks(req: BaseModel) -> Generator[None, None, None]:
     for index, node in enumerate(nodes):
         if index and not index % CHECK_STEP:
             yield
-        created_by, request_id, node_type = node.created_by, node.request_id, node.node_type
-        if created_by is not None:
-            if index == 0 and req.access is None:
-                _named(validate_user_id, created_by, where, index, "created_by")
-            else:
-                _named(_stored_label, created_by, where, index, "created_by")
-        if request_id is not None:
-            _named(_stored_request_id, request_id, where, index, "request_id")
-        if node_type is not None and (
-            not isinstance(node_type, str) or not _NODE_TYPE.fullmatch(node_type)
-        ):
-            raise NodeValidationError(
-                f"{where(index, 'node_type')}: {shown_key(str(node_type))} is not a node type "
-                "name (a letter, then letters, digits, '_ . : -'; at most 128 characters)"
-            )
+        _node_strings(node, index, where, names_requester=index == 0 and req.access is None)
+
+
+def request_string_checks(
+    req: CreateNodeRequest
+    | CreateNodesRequest
+    | UpdateNodeRequest
+    | DeleteNodeRequest
+    | MoveNodeRequest,
+) -> None:
+    """The checks of :func:`string_checks` on the request's own fields (its id, its access)."""
+    validate_request_id(req.request_id, field="request_id")
+    if req.access is not None:
+        validate_user_id(req.access.user, field="access.user")
+        if req.access.on_behalf_of is not None:
+            validate_label(req.access.on_behalf_of, field="access.on_behalf_of")
+
+
+def entry_string_checks(req: CreateNodesRequest, index: int) -> None:
+    """:func:`string_checks` of the bulk's entry ``index`` alone (its path, then its strings),
+    raising what that would raise for it: what finds the first offender of a refused bulk. The
+    request's own fields are not judged here."""
+    node = req.nodes[index]
+    requester = req.access.user if req.access is not None else req.nodes[0].created_by
+    try:
+        validate_path(node.path, allow_reserved=requester == SYSTEM_USER)
+    except InvalidPathError as exc:
+        raise InvalidPathError(f"nodes.{index}.path: {exc}", path=exc.path) from exc
+    _node_strings(node, index, _bulk_where, names_requester=index == 0 and req.access is None)
+
+
+def _bulk_where(index: int, field: str) -> str:
+    return f"nodes.{index}.{field}"
+
+
+def _node_strings(
+    node: MeshNode, index: int, where: Callable[[int, str], str], *, names_requester: bool
+) -> None:
+    created_by, request_id, node_type = node.created_by, node.request_id, node.node_type
+    if created_by is not None:
+        if names_requester:
+            _named(validate_user_id, created_by, where, index, "created_by")
+        else:
+            _named(_stored_label, created_by, where, index, "created_by")
+    if request_id is not None:
+        _named(_stored_request_id, request_id, where, index, "request_id")
+    if node_type is not None and (
+        not isinstance(node_type, str) or not _NODE_TYPE.fullmatch(node_type)
+    ):
+        raise NodeValidationError(
+            f"{where(index, 'node_type')}: {shown_key(str(node_type))} is not a node type "
+            "name (a letter, then letters, digits, '_ . : -'; at most 128 characters)"
+        )
 
 
 def _check_path(path: str, field: str, reserved: bool) -> None:
