@@ -127,7 +127,17 @@ TARGET_SESSION_ATTRS: frozenset[str] = frozenset(
 """The values asyncpg (like libpq) accepts for ``target_session_attrs``."""
 
 _PREFIX_RULE = re.compile(r"[a-z][a-z0-9_]{0,14}")
-_COLUMNS = "path, node_type, content::text AS content, created_by, created_at, version, request_id"
+_HELD_STAMP = (
+    "CASE WHEN NOT isfinite(created_at) OR created_at BETWEEN '0001-01-01 00:00:00+00'"
+    " AND '9999-12-31 23:59:59.999999+00' THEN created_at END AS created_at"
+)
+"""``created_at`` as asyncpg's binary decoding can hold it, else NULL: a foreign row's time
+outside Python's years 1 to 9999 (PostgreSQL keeps 4713 BC to 294276 AD) is read as unknown,
+instead of failing the whole read with asyncpg's ``OverflowError``. The live reads take the text
+and report such a row (:func:`_row_stamps`)."""
+_COLUMNS = (
+    f"path, node_type, content::text AS content, created_by, {_HELD_STAMP}, version, request_id"
+)
 _LIVE_COLUMNS = (
     "path, node_type, content::text AS content, created_by, created_at::text AS created_at,"
     " version, request_id"
@@ -235,6 +245,74 @@ _AS_READ: Any = object()
 """(:func:`_node_from_row`: the row's own ``created_at``.)"""
 
 
+_REPORTED_LIMIT = 4096
+_reported: set[tuple[str, str, str]] = set()
+"""Row defects already logged, ``(partition, path, what)``: each is logged once per process (up
+to :data:`_REPORTED_LIMIT` of them remembered; past that, a defect is logged each time)."""
+
+
+def _row_defect(partition: str, path: object, what: str, problem: object) -> None:
+    """Report, once, that a row of ``partition`` cannot be read as rxmesh reads a node: a row
+    another writer put there (or damaged), never the death of the read that met it."""
+    key = (partition, str(path), what)
+    if key in _reported:
+        return
+    if len(_reported) < _REPORTED_LIMIT:
+        _reported.add(key)
+    logger.bind(event="row_defect", partition=partition, path=str(path), defect=what).error(
+        "row {!r} of partition '{}' cannot be read as a node ({}: {}): {}",
+        path,
+        partition,
+        what,
+        problem,
+        "its creation time is read as unknown"
+        if what == "created_at"
+        else "it is left out of the partition's reads",
+    )
+
+
+def _row_stamps(rows: Sequence[asyncpg.Record], partition: str) -> list[datetime | None]:
+    """The ``created_at`` texts of ``rows`` (:data:`_LIVE_COLUMNS`) as :func:`_stamps_of` makes
+    them; a time this process cannot hold is ``None``, that row's defect reported."""
+    texts = [row[4] for row in rows]
+    try:
+        return _stamps_of(texts)
+    except ValueError:
+        pass
+    stamps: list[datetime | None] = []
+    for row, text in zip(rows, texts, strict=True):
+        try:
+            stamps.append(_stamp_of(text))
+        except ValueError as exc:
+            _row_defect(partition, row[0], "created_at", exc)
+            stamps.append(None)
+    return stamps
+
+
+def _contents_of(rows: Sequence[asyncpg.Record], partition: str) -> list[Any]:
+    """The rows' contents, decoded by ONE ``json.loads`` of the whole chunk; a content this
+    process cannot decode (an integer of more digits than Python converts, say) is the defect
+    of its row, reported, and :data:`_UNDECODED` in its place."""
+    # A jsonb's text is never empty, so ``or`` stands in for a NULL content only.
+    try:
+        contents: list[Any] = json.loads("[" + ",".join([row[2] or "null" for row in rows]) + "]")
+        return contents
+    except ValueError:
+        pass
+    contents = []
+    for row in rows:
+        try:
+            contents.append(json.loads(row[2]) if row[2] is not None else None)
+        except ValueError as exc:
+            _row_defect(partition, row[0], "content", exc)
+            contents.append(_UNDECODED)
+    return contents
+
+
+_UNDECODED: Any = object()
+"""(:func:`_contents_of`: a content that could not be decoded.)"""
+
+
 def _node_from_row(row: asyncpg.Record, created_at: Any = _AS_READ) -> MeshNode:
     """A row as a fully validated :class:`MeshNode` (point reads, and rows that fail the check of
     :func:`_stored_nodes_of`); ``created_at``: the row's creation time, if the row holds its text
@@ -328,10 +406,9 @@ def _stored_nodes_of(
     validate. ``stamps_as_text``: the rows hold ``created_at`` as text (:data:`_LIVE_COLUMNS`).
     """
     with collector_paused():  # nothing built here can be garbage yet (rxmesh._collector)
-        # A jsonb's text is never empty, so ``or`` stands in for a NULL content only.
-        contents = json.loads("[" + ",".join([row[2] or "null" for row in rows]) + "]")
+        contents = _contents_of(rows, partition)
         stamps: Iterable[datetime | None] = (
-            _stamps_of([row[4] for row in rows]) if stamps_as_text else [row[4] for row in rows]
+            _row_stamps(rows, partition) if stamps_as_text else [row[4] for row in rows]
         )
         head = partition + "/"
         values = [
@@ -344,7 +421,9 @@ def _stored_nodes_of(
                 "version": version,
                 "request_id": request_id,
             }
-            if version >= 0 and (path.startswith(head) or path == partition)
+            if version >= 0
+            and (path.startswith(head) or path == partition)
+            and content is not _UNDECODED
             else None
             for (path, node_type, _, created_by, _, version, request_id), content, created_at in (
                 zip(rows, contents, stamps, strict=True)
@@ -352,10 +431,13 @@ def _stored_nodes_of(
         ]
         if None in values:  # a foreign or corrupt row: the chunk is built one row at a time
             fields = _STORED_FIELDS_SET
-            return [
-                _node_from_row(row, at) if value is None else trusted(MeshNode, value, fields)
+            built = [
+                _checked_node(row, at, partition)
+                if value is None
+                else trusted(MeshNode, value, fields)
                 for row, value, at in zip(rows, values, stamps, strict=True)
             ]
+            return [node for node in built if node is not None]
         # rxmesh._trusted.trusted, one attribute at a time for the whole chunk: each setter
         # applied by C-level ``map`` (with a Python-level call per row and attribute, the whole
         # build of a 1000-row chunk took 0.65 ms against 0.58, measured).
@@ -366,6 +448,18 @@ def _stored_nodes_of(
         _exhaust(map(set_extra, nodes, repeat(None, count)))
         _exhaust(map(set_private, nodes, repeat(None, count)))
         return nodes
+
+
+def _checked_node(row: asyncpg.Record, created_at: Any, partition: str) -> MeshNode | None:
+    """A row that failed the cheap check, fully validated (:func:`_node_from_row`); a row that
+    is not a node (a negative version, a path no node may have, content that is not JSON this
+    process decodes) is reported, once, and left out: the defect of that row, never of the
+    partition's reads."""
+    try:
+        return _node_from_row(row, created_at)
+    except ValueError as exc:  # pydantic's ValidationError, json's JSONDecodeError included
+        _row_defect(partition, row[0], "row", exc)
+        return None
 
 
 def _exhaust(calls: Iterable[object]) -> None:
@@ -532,7 +626,7 @@ class _Reread:
         built_now = _stored_nodes_of(missing, partition, stamps_as_text=True) if missing else ()
         for node in built_now:
             built[node.path] = node
-        return [built[row[0]] for row in rows]
+        return [built[row[0]] for row in rows if row[0] in built]  # (a row defect is left out)
 
 
 class _RereadReader:
@@ -2400,7 +2494,7 @@ class PostgresStore:
                 await asyncio.sleep(0)
                 stale = []
                 chunk = rows[start : start + _BUILD_CHUNK]
-                for row, created_at in zip(chunk, _stamps_of([r[4] for r in chunk]), strict=True):
+                for row, created_at in zip(chunk, _row_stamps(chunk, partition), strict=True):
                     path = row[0]
                     seen.add(path)
                     old = known.get(path)
