@@ -263,3 +263,17 @@ async def test_postgres_refuses_a_huge_integer_and_keeps_640_digits(
     stored = await pg_store.aread(f"{partition}k/bulk")
     assert stored is not None and stored.content == _content(LONGEST)
     assert await pg_store.aread(f"{partition}/doc") is None
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+async def test_a_number_json_cannot_hold_is_refused_on_every_verb(value: float) -> None:
+    """NaN and the infinities (already refused at 1d389e8: the check that they still are, on
+    every verb, alongside the integers)."""
+    mesh = _mesh(InMemoryStore())
+    try:
+        outcome = await _every_verb(mesh, "floats", value)  # type: ignore[arg-type]
+    finally:
+        mesh.dispose()
+    for verb, (reason, text) in outcome.items():
+        assert reason is RejectionReason.VALIDATION_FAILED, (verb, reason, text)
+        assert f"{WHERE} is {value!r}, which JSON cannot hold" in text, (verb, text)
