@@ -502,7 +502,13 @@ def _sources(root: Path) -> list[_Source]:
     the directory, a FIFO, a socket, a device, a broken link)."""
     top = root.resolve()
     found: list[_Source] = []
-    for directory, dirs, names in os.walk(root):  # never descends a symbolic link
+
+    def unreadable(error: OSError) -> None:
+        where = Path(error.filename or root)
+        shown = str(where.relative_to(root)) if where.is_relative_to(root) else str(where)
+        found.append(_Source(where, shown, f"cannot read: {error}"))
+
+    for directory, dirs, names in os.walk(root, onerror=unreadable):  # never follows a link
         here = Path(directory)
         for name in sorted(names):
             path = here / name
