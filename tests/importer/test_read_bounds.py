@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-import rxmesh._import_read as reading
+import rxmesh._import_json as reading
 from rxmesh import Mesh
 from rxmesh._import_read import DEFAULT_MAX_ENTRY_BYTES, read_windows
 from rxmesh.importer import Progress, import_directory
