@@ -15,12 +15,20 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from rxmesh._import_files import Source, open_regular, sources
+from rxmesh._import_json import (
+    DEFAULT_MAX_ENTRY_BYTES,
+    Entry,
+    ImportProblem,
+    read_document,
+    read_lines,
+)
 from rxmesh._model_rules import PLAIN_PATH
 from rxmesh._trusted import trusted
 from rxmesh.model import (
@@ -33,6 +41,7 @@ from rxmesh.model import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_ENTRY_BYTES",
     "ImportItem",
     "ImportProblem",
     "Window",
@@ -49,7 +58,6 @@ _GIVEN = {"path", "node_type", "content"}
 """The fields an entry gives (what ``MeshNode(path=..., node_type=..., content=...)`` sets):
 one set shared by every node built here (a frozen model never adds to it, and a copy of one
 copies it first), as :func:`rxmesh.mesh._core.stamp` shares its own."""
-_SUFFIXES = frozenset({".json", ".jsonl"})
 
 _PLAIN_PATH = PLAIN_PATH
 _NODE_TYPE = re.compile(NODE_TYPE_PATTERN)
@@ -57,12 +65,6 @@ _NODE_TYPES_SEEN: set[str] = set()
 """Node types that matched :data:`NODE_TYPE_PATTERN` (an import names a few, once a node each):
 a set lookup instead of a match. Bounded by :data:`_NODE_TYPES_KEPT`."""
 _NODE_TYPES_KEPT = 1024
-_JSON_SPACE = " \t\n\r"
-_scan_once: Callable[[str, int], tuple[object, int]] = vars(json.JSONDecoder())["scan_once"]
-"""The decoder's own scanner (what ``raw_decode`` calls): ``StopIteration`` when no value
-starts at the index, :class:`json.JSONDecodeError` for one that is cut or malformed."""
-_BLOCK = 1 << 18
-"""Bytes of a JSON-lines file read at once (256 KiB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,20 +74,6 @@ class ImportItem:
     node: MeshNode
     file: str
     line: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class ImportProblem:
-    """An entry that was not imported: where it is and why."""
-
-    file: str
-    line: int | None
-    reason: str
-    path: str | None = None
-
-    def __str__(self) -> str:
-        where = self.file if self.line is None else f"{self.file}:{self.line}"
-        return f"{where}: {self.reason}"
 
 
 @dataclass(slots=True)
@@ -176,107 +164,6 @@ def _entry(value: object, prefix: str) -> MeshNode:
     return node
 
 
-def _invalid(exc: json.JSONDecodeError) -> str:
-    return f"invalid JSON: {exc.msg} (column {exc.colno})"
-
-
-def _loads(text: str) -> object:
-    """``json.loads(text)``, a third of its cost when the text is one JSON value (the decoder's
-    scanner itself, which ``json.loads`` runs through two wrappers); otherwise ``json.loads``
-    itself decides and its error names the column in ``text``."""
-    stripped = text.strip(_JSON_SPACE)
-    try:
-        value, end = _scan_once(stripped, 0)
-    except (StopIteration, json.JSONDecodeError):  # StopIteration: no value at the start
-        return json.loads(text)
-    return value if end == len(stripped) else json.loads(text)
-
-
-def _lines(file: Path, shown: str) -> Iterator[tuple[int | None, object] | ImportProblem]:
-    """A JSON-lines file, line by line (blank lines skipped): ``(line, value)`` or a problem.
-
-    Read in blocks of :data:`_BLOCK` bytes cut after their last LF; a line ends at LF, CRLF or a
-    lone CR (what a text editor numbers), never at U+2028, which a JSON string may hold.
-    """
-    try:
-        handle = file.open("rb")
-    except OSError as exc:
-        yield ImportProblem(shown, None, f"cannot read: {exc}")
-        return
-    number = 0
-    with handle:
-        pending = b""
-        while True:
-            try:
-                block = handle.read(_BLOCK)
-            except OSError as exc:
-                yield ImportProblem(shown, number + 1, f"cannot read: {exc}")
-                return
-            if block:
-                data = pending + block
-                cut = data.rfind(b"\n") + 1
-                pending, data = data[cut:], data[:cut]
-            else:
-                data, pending = pending, b""
-            for raw in data.splitlines():
-                number += 1
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    yield ImportProblem(shown, number, f"not UTF-8: {exc}")
-                    continue
-                if not text or text.isspace():
-                    continue
-                try:
-                    value = _loads(text)
-                except json.JSONDecodeError as exc:
-                    yield ImportProblem(shown, number, _invalid(exc))
-                except RecursionError:
-                    yield ImportProblem(shown, number, "invalid JSON: nested too deeply to read")
-                else:
-                    yield number, value
-            if not block:
-                return
-
-
-def _document(file: Path, shown: str) -> Iterator[tuple[int | None, object] | ImportProblem]:
-    """A ``.json`` file: its one value, or a list's items each with its own line."""
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        yield ImportProblem(shown, None, f"cannot read: {exc}")
-        return
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as exc:
-        yield ImportProblem(shown, exc.lineno, _invalid(exc))
-        return
-    except RecursionError:
-        yield ImportProblem(shown, None, "invalid JSON: nested too deeply to read")
-        return
-    decoder = json.JSONDecoder()
-    start = len(text) - len(text.lstrip())
-    if not text.startswith("[", start):
-        value, _ = decoder.raw_decode(text, start)
-        yield text.count("\n", 0, start) + 1, value
-        return
-    index, line, counted = start + 1, 1, 0
-    while True:
-        while index < len(text) and text[index] in " \t\r\n,":
-            index += 1
-        if index >= len(text) or text[index] == "]":
-            return
-        value, end = decoder.raw_decode(text, index)
-        line += text.count("\n", counted, index)
-        counted = index
-        yield line, value
-        index = end
-
-
-def _files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.suffix in _SUFFIXES and p.is_file())
-
-
 def _check_partition(partition: str | None) -> str:
     if partition is None:
         return ""
@@ -287,12 +174,17 @@ def _check_partition(partition: str | None) -> str:
 
 
 def read_windows(
-    directory: str | os.PathLike[str], *, partition: str | None = None, window: int = 1000
+    directory: str | os.PathLike[str],
+    *,
+    partition: str | None = None,
+    window: int = 1000,
+    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
 ) -> tuple[int, Iterator[Window]]:
     """Read every ``*.json`` / ``*.jsonl`` file under ``directory`` (recursively, in sorted
     order) as a stream of :class:`Window` of ``window`` nodes each (the last may hold fewer),
     with the problems met while reading them, in file order; only the window being read is
-    held.
+    held. An entry longer than ``max_entry_bytes`` is a problem, not loaded; a name that is not
+    a regular file, or a symbolic link leading out of ``directory``, is a problem, not read.
 
     Returns:
         the number of files, and the windows (a lazy iterator).
@@ -301,7 +193,9 @@ def read_windows(
         NotADirectoryError: ``directory`` is not a directory.
         InvalidPathError: ``partition`` is not a valid partition name.
     """
-    files, stream = read_stream(directory, partition=partition, window=window)
+    files, stream = read_stream(
+        directory, partition=partition, window=window, max_entry_bytes=max_entry_bytes
+    )
     return files, (read for read in stream if read is not None)
 
 
@@ -311,6 +205,7 @@ def read_stream(
     partition: str | None = None,
     window: int = 1000,
     pause_every: int = 0,
+    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
 ) -> tuple[int, Iterator[Window | None]]:
     """:func:`read_windows`, with a ``None`` between two windows' entries every
     ``pause_every`` entries read (0: never): where an asynchronous reader lets its event loop
@@ -318,24 +213,33 @@ def read_stream(
     root = Path(directory)
     if not root.is_dir():
         raise NotADirectoryError(f"{directory} is not a directory")
+    if max_entry_bytes < 1:
+        raise ValueError(f"max_entry_bytes must be at least 1, got {max_entry_bytes}")
     prefix = _check_partition(partition)
-    files = _files(root)
-    return len(files), _windows(root, files, prefix, window, pause_every)
+    listed = sources(root)
+    files = sum(source.refused is None for source in listed)
+    return files, _windows(listed, prefix, window, pause_every, max_entry_bytes)
+
+
+def _entries(source: Source, limit: int) -> Iterator[Entry]:
+    if source.refused is not None:
+        return iter((ImportProblem(source.shown, None, source.refused),))
+    read = read_lines if source.path.suffix == ".jsonl" else read_document
+    return read(source.path, source.shown, limit)
 
 
 def _windows(
-    root: Path, files: list[Path], prefix: str, window: int, pause_every: int
+    sources: list[Source], prefix: str, window: int, pause_every: int, limit: int
 ) -> Iterator[Window | None]:
     names: list[str] = []
     first_seen: dict[str, int] = {}  # path -> file index << 32 | line (0: a lone .json value)
     current = Window()
     pause = countdown = pause_every or -1  # -1: never 0, never a pause
-    for file in files:
-        shown = str(file.relative_to(root))
+    for source in sources:
+        shown = source.shown
         names.append(shown)
         mark = (len(names) - 1) << 32
-        entries = _lines(file, shown) if file.suffix == ".jsonl" else _document(file, shown)
-        for entry in entries:
+        for entry in _entries(source, limit):
             if isinstance(entry, ImportProblem):
                 current.problems.append(entry)
             else:
@@ -393,21 +297,24 @@ def read_directory(
     return items, problems, files
 
 
-def count_entries(directory: str | os.PathLike[str]) -> int:
-    """About how many entries :func:`read_windows` will read (non-blank lines of the JSON-lines
-    files, one per ``.json`` file): the total of a progress bar, read at the speed of the disk."""
+def count_entries(
+    directory: str | os.PathLike[str], *, max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
+) -> int:
+    """How many entries :func:`read_windows` will read, each node and each problem (the total
+    of a progress bar): the non-blank lines of the JSON-lines files, read at the speed of the
+    disk, and the items of each ``.json`` list, streamed as the import streams them."""
     total = 0
-    for file in _files(Path(directory)):
-        if file.suffix != ".jsonl":
-            total += 1
+    for source in sources(Path(directory)):
+        if source.refused is not None or source.path.suffix != ".jsonl":
+            total += sum(1 for _ in _entries(source, max_entry_bytes))
             continue
         try:
-            with file.open("rb") as handle:
+            with open_regular(source.path) as handle:
                 last = b"\n"
                 while chunk := handle.read(1 << 20):
                     total += chunk.count(b"\n") - chunk.count(b"\n\n")
                     last = chunk[-1:]
                 total += last != b"\n"
         except OSError:
-            continue  # read_windows reports it
+            total += 1  # read_windows reports it
     return total

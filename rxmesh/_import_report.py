@@ -130,15 +130,19 @@ class Progress:
         self.done = 0
 
     def line(self, done: int) -> str:
-        """The bar's text for ``done`` items."""
+        """The bar's text for ``done`` items: as long whatever ``done`` and ``total`` are (a
+        total found too small reads as ``done``, never more than a full bar, never a negative
+        ETA)."""
         elapsed = max(time.monotonic() - self._start, 1e-9)
+        done = max(done, 0)
+        total = max(self.total, done)
         rate = done / elapsed
-        share = done / self.total if self.total else 1.0
+        share = done / total if total else 1.0
         filled = int(self.width * share)
-        eta = (self.total - done) / rate if rate > 0 else float("inf")
-        eta_text = f"{eta:.0f}s" if eta != float("inf") else "?"
+        left = total - done
+        eta_text = f"{left / rate:.0f}s" if rate > 0 else ("0s" if not left else "?")
         bar = "#" * filled + "." * (self.width - filled)
-        return f"[{bar}] {done}/{self.total} items  {rate:,.0f}/s  ETA {eta_text}"
+        return f"[{bar}] {done}/{total} items  {rate:,.0f}/s  ETA {eta_text}"
 
     def update(self, done: int) -> None:
         """Record progress; redraws at most ten times a second (and at the end)."""

@@ -218,20 +218,32 @@ class ObservableIterator(AsyncIterator[T]):
       of ``max_pending``; one more disposes the subscription there and, once the waiting items
       are delivered, the ``async for`` raises :class:`~rxmesh.exceptions.SlowConsumerError`.
     - Items pushed from another thread are handed to the loop (``call_soon_threadsafe``).
+    - One step at a time, as an async generator: an ``__anext__`` called while another is still
+      waiting (a second task awaiting the same iterator) raises ``RuntimeError`` at once and
+      leaves the waiting one and the subscription as they were. Each consumer iterates an
+      ``iterate(...)`` of its own.
     """
 
-    __slots__ = ("_channel", "_max_pending", "_source", "_subscription")
+    __slots__ = ("_channel", "_max_pending", "_source", "_stepping", "_subscription")
 
     def __init__(self, source: Observable[T], max_pending: int) -> None:
         self._source = source
         self._max_pending = max_pending
         self._channel: _Channel[T] | None = None
         self._subscription = SerialDisposable()
+        self._stepping = False
 
     def __aiter__(self) -> ObservableIterator[T]:
         return self
 
     async def __anext__(self) -> T:
+        # A second waiter would share the channel's one wake-up with the first, and one of the two
+        # would wait forever while items sit undelivered: refused, as async generators refuse it.
+        if self._stepping:
+            raise RuntimeError(
+                "ObservableIterator.__anext__ is already running: another task is awaiting this "
+                "iterate(...); give each consumer an iterate() of its own"
+            )
         channel = self._channel
         if channel is None:
             if self._subscription.is_disposed:
@@ -240,11 +252,14 @@ class ObservableIterator(AsyncIterator[T]):
             self._subscription.disposable = self._source.subscribe(
                 channel.on_next, channel.on_error, channel.on_completed
             )
+        self._stepping = True
         try:
             return await channel.take()
         except BaseException:  # the end, an error or a cancellation: re-raised after disposal
             self.close()
             raise
+        finally:
+            self._stepping = False
 
     @property
     def pending(self) -> int:

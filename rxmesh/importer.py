@@ -2,8 +2,13 @@
 
 Every file under ``DIR`` (recursively, in sorted order) ending ``.json`` or ``.jsonl`` is read:
 
-- ``*.json``: ONE node object, or a JSON list of node objects;
+- ``*.json``: ONE node object, or a JSON list of node objects (streamed: read an item at a time);
 - ``*.jsonl``: JSON lines, one node object per line (blank lines are skipped).
+
+An entry (a line, a list item, a lone object) longer than 8 MiB cannot hold content a store keeps:
+it is reported with its file and line, and not loaded. A symbolic link is read only when it leads
+to a regular file inside DIR; one leading out of DIR, a link to a directory, a FIFO, a socket or a
+device is reported, and not read.
 
 A node object is ``{"path": "...", "node_type": "...", "content": ...}``: ``path`` is required;
 at least one of ``node_type`` (a string) and ``content`` (any JSON value) is needed; no other keys.
@@ -16,7 +21,8 @@ name duplicates). An existing node is never overwritten: it is reported "already
 running the same import again creates nothing.
 Bad entries (invalid JSON, a bad path, a wrong type, an unknown key, a duplicate path, content a
 store cannot keep) are reported with their file, line and reason before their window is written,
-and do not stop the others. If the store cannot be reached, the batch is answered UNAVAILABLE (its
+and do not stop the others (invalid JSON in a ``.json`` list ends that file there, the items before
+it are read). If the store cannot be reached, the batch is answered UNAVAILABLE (its
 nodes are journaled for one re-issue when ``--journal-dir`` is given) and the rest is not
 attempted (a window already sent is answered on its own): re-run the import when the store is
 back.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
@@ -14,6 +15,10 @@ if TYPE_CHECKING:
     from rxmesh.testing import TemporaryPgBouncer as TemporaryPgBouncerType
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+SESSION = secrets.token_hex(3)[:5]
+"""This test session's own mark (each pytest-xdist worker is a session of its own): every schema
+prefix a test makes starts ``rx<kind><SESSION>``, so two sessions on one database never share a
+schema, a table or a NOTIFY channel (``<prefix>changes``)."""
 PG_DSN = os.environ.get("RXMESH_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 NATS_URL = os.environ.get("RXMESH_TEST_NATS_URL", "nats://127.0.0.1:4222")
 
@@ -115,6 +120,14 @@ def log_records() -> Iterator[LogRecords]:
     finally:
         logger.remove(handler)
         logger.disable("rxmesh")
+
+
+def session_prefix(kind: str = "t") -> str:
+    """A schema prefix of this session's own, unique to the caller: ``rx<kind><SESSION><6 hex>_``
+    (15 characters, the longest a store accepts); ``kind`` is one letter naming the suite."""
+    if len(kind) != 1 or not kind.islower():
+        raise ValueError(f"kind must be one lowercase letter, got {kind!r}")
+    return f"rx{kind}{SESSION}{secrets.token_hex(3)}_"
 
 
 @pytest.fixture

@@ -343,9 +343,9 @@ async def test_the_import_reads_a_window_at_a_time_not_the_whole_input_first(
     """FAILS against the old importer, which read (and held) every node before the first write:
     here the file loses all but its first lines once the first window is written, and only what
     was read by then (the first window and the block the reader held) is imported."""
-    from rxmesh import _import_read
+    from rxmesh import _import_json
 
-    monkeypatch.setattr(_import_read, "_BLOCK", 4096)  # 256 KiB in use: a smaller file will do
+    monkeypatch.setattr(_import_json, "_BLOCK", 4096)  # 256 KiB in use: a smaller file will do
     file = tmp_path / "nodes.jsonl"
     lines = [json.dumps({"path": f"n{i:05d}", "content": {"i": i}}) + "\n" for i in range(5000)]
     file.write_text("".join(lines))

@@ -11,7 +11,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
+from reactivex.disposable import (
+    CompositeDisposable,
+    Disposable,
+    SerialDisposable,
+    SingleAssignmentDisposable,
+)
 
 from rxmesh._scheduling import resolve_scheduler
 from rxmesh.faults import is_standing_watch_transient
@@ -126,7 +131,12 @@ def reopen_on_transient_fault(
             if disposed:  # on_reopen may have disposed the watch
                 return
             when = resolve_scheduler(scheduler, subscribe_scheduler)
-            timer.disposable = when.schedule_relative(delay, reopen)
+            # A timer takes its slot before it is set: a thread timer can fire, its opening fail
+            # and set the next timer before ``schedule_relative`` returns; this handle stored after
+            # that would cancel the next one.
+            wait = SingleAssignmentDisposable()
+            timer.disposable = wait
+            wait.disposable = when.schedule_relative(delay, reopen)
 
         def reopen(_: abc.SchedulerBase, __: Any = None) -> None:
             if not disposed:
@@ -144,7 +154,13 @@ def reopen_on_transient_fault(
             except Exception as exc:  # noqa: BLE001 - not swallowed: a fault of this opening, judged
                 on_error(exc)
                 return
-            upstream.disposable = source.subscribe(
+            # Each opening takes its slot BEFORE the subscribe call: an opening that fails inside
+            # that call can be re-opened before the call returns (a zero delay on a synchronous
+            # scheduler or a thread timer), and then the newer opening owns ``upstream``; storing
+            # the older one after it would dispose the live one.
+            opening = SingleAssignmentDisposable()
+            upstream.disposable = opening
+            opening.disposable = source.subscribe(
                 on_next, on_error, observer.on_completed, scheduler=subscribe_scheduler
             )
 

@@ -11,7 +11,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
+from reactivex.disposable import (
+    CompositeDisposable,
+    Disposable,
+    SerialDisposable,
+    SingleAssignmentDisposable,
+)
 
 from rxmesh._scheduling import resolve_scheduler
 from rxmesh.faults import is_transient_connect_fault
@@ -102,12 +107,25 @@ def retry_transient_connect(
                 if disposed:  # on_retry may have disposed the subscription
                     return
                 when = resolve_scheduler(scheduler, subscribe_scheduler)
-                timer.disposable = when.schedule_relative(delay, resubscribe)
+                # A timer takes its slot before it is set: a thread timer can fire, its
+                # opening fail and set the next timer before ``schedule_relative`` returns;
+                # this handle stored after that would cancel the next one.
+                wait = SingleAssignmentDisposable()
+                timer.disposable = wait
+                wait.disposable = when.schedule_relative(delay, resubscribe)
 
             def resubscribe(_: abc.SchedulerBase, __: Any = None) -> None:
-                if disposed:
-                    return
-                upstream.disposable = source.subscribe(
+                if not disposed:
+                    subscribe_upstream()
+
+            def subscribe_upstream() -> None:
+                # Each subscription takes its slot BEFORE the subscribe call: a source that fails
+                # inside that call can be resubscribed before the call returns (a zero delay on a
+                # synchronous scheduler or a thread timer), and then the newer subscription owns
+                # ``upstream``; storing the older one after it would dispose the live one.
+                opening = SingleAssignmentDisposable()
+                upstream.disposable = opening
+                opening.disposable = source.subscribe(
                     on_next, on_error, observer.on_completed, scheduler=subscribe_scheduler
                 )
 
@@ -117,9 +135,7 @@ def retry_transient_connect(
 
             # ``disposed`` is set first, so a timer racing the disposal never resubscribes.
             subscription = CompositeDisposable(Disposable(dispose), timer, upstream)
-            upstream.disposable = source.subscribe(
-                on_next, on_error, observer.on_completed, scheduler=subscribe_scheduler
-            )
+            subscribe_upstream()
             return subscription
 
         return Observable(subscribe)

@@ -262,3 +262,53 @@ def test_bad_arguments_are_refused(
 ) -> None:
     with pytest.raises(error):
         iterate(source, max_pending=max_pending)  # type: ignore[arg-type]
+
+
+async def _waiting(source: Tracked, frames: object) -> asyncio.Future[object]:
+    """A task stepping ``frames``, once it waits on the channel (it subscribes in that step)."""
+    step = asyncio.ensure_future(anext(frames))  # type: ignore[call-overload]
+    await asyncio.sleep(0)
+    assert source.subscribed == 1
+    return step
+
+
+async def test_a_second_task_stepping_one_iterator_is_refused_and_the_first_is_served() -> None:
+    """Fails at 1d389e8 because the second step replaced the first one's wake-up: the refusal
+    never came (the bound ran out instead) and the first task waited forever while its item sat
+    undelivered."""
+    source = Tracked()
+    frames = iterate(source.observable)
+    first = await _waiting(source, frames)
+
+    with pytest.raises(RuntimeError, match="already running: another task is awaiting"):
+        async with asyncio.timeout(1):
+            await anext(frames)
+    source.subject.on_next("a")
+    source.subject.on_next("b")
+
+    async with asyncio.timeout(5):
+        assert await first == "a"
+        assert await anext(frames) == "b"  # the refusal left the iterator as it was
+    assert (source.subscribed, source.disposed) == (1, 0)
+    await frames.aclose()
+    assert source.disposed == 1
+
+
+async def test_negative_control_two_tasks_stepping_in_turn_are_both_served() -> None:
+    source = Tracked()
+    frames = iterate(source.observable)
+    seen: dict[str, object] = {}
+
+    async def take(name: str) -> None:
+        seen[name] = await anext(frames)
+
+    first = await _waiting(source, frames)
+    source.subject.on_next("a")
+    async with asyncio.timeout(5):
+        assert await first == "a"
+        second = asyncio.ensure_future(take("second"))
+        await asyncio.sleep(0)
+        source.subject.on_next("b")
+        await second
+    assert seen == {"second": "b"}
+    assert (source.subscribed, source.disposed) == (1, 0)

@@ -36,7 +36,7 @@ from rxmesh.operations import (
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
-from tests.conftest import PG_DSN, require_server
+from tests.conftest import PG_DSN, require_server, session_prefix
 from tests.helpers import answers
 from tests.mesh.conftest import FAST
 from tests.postgres.kinds import drop_schemas
@@ -493,7 +493,7 @@ async def test_a_lone_surrogate_in_on_behalf_of_is_refused_before_the_journal_st
 async def pg_store() -> AsyncIterator[PostgresStore]:
     """A PostgresStore with its own schema prefix, dropped afterwards."""
     require_server(PG_DSN, 5432, "PostgreSQL")
-    prefix = f"rxs{uuid.uuid4().hex[:8]}_"
+    prefix = session_prefix("s")
     store = PostgresStore(PG_DSN, schema_prefix=prefix, max_size=2)
     await store.start()
     try:

@@ -1,13 +1,12 @@
 """PostgreSQL store kinds for the contract suite, and helpers shared by the postgres tests.
 
-Each store gets a schema prefix of its own (``rxt<hex>_``), so tests on one shared database see
-only their own partitions (also for ``NodeQuery()`` over every partition), and its schemas are
-dropped on exit.
+Each store gets a schema prefix of its own (``rxt<session><hex>_``), so tests on one shared
+database, in one session or in several at once, see only their own partitions (also for
+``NodeQuery()`` over every partition), and its schemas are dropped on exit.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from rxmesh.providers import Store
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
+from tests.conftest import session_prefix
 
 __all__ = [
     "drop_schemas",
@@ -30,8 +30,8 @@ __all__ = [
 
 
 def unique_prefix() -> str:
-    """A schema prefix no other test uses."""
-    return f"rxt{uuid.uuid4().hex[:10]}_"
+    """A schema prefix no other test uses, of this test session's own."""
+    return session_prefix("t")
 
 
 async def drop_schemas(dsn: str, prefix: str) -> None:

@@ -100,9 +100,10 @@ async def test_a_write_the_pooler_refused_before_any_server_was_reached_wrote_no
             blocked = asyncio.ensure_future(_write_error(store, "pr/blocked"))
             async with asyncio.timeout(WAIT):
                 while not (  # noqa: ASYNC110 - the server's pace
-                    pid := await direct.fetchval(
+                    pid := await direct.fetchval(  # this test's own INSERT: its schema
                         "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND query LIKE 'INSERT%' LIMIT 1"
+                        "AND query LIKE $1 LIMIT 1",
+                        f"INSERT%{store.schema_of('pr')}%",
                     )
                 ):
                     await asyncio.sleep(0.02)

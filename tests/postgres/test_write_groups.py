@@ -51,7 +51,8 @@ async def _hold(dsn: str, table: str, *paths: str) -> asyncpg.Connection:
 
 
 async def _waiting_on_locks(conn: asyncpg.Connection, pattern: str, count: int) -> None:
-    """Until ``count`` backends wait on a lock running a statement LIKE ``pattern`` (polled on
+    """Until ``count`` backends wait on a lock running a statement LIKE ``pattern`` (a pattern
+    naming this test's own schema, so another session's statements never count; polled on
     the server's own state, bounded by WAIT). ``pg_stat_clear_snapshot()``: a connection inside
     a transaction would otherwise read the first snapshot of the statistics again and again."""
     query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1"
@@ -82,7 +83,7 @@ async def _busy_lanes(pg_dsn: str, store: PostgresStore) -> tuple[asyncpg.Connec
     await store.awrite(_node("g/seed"))  # the partition's table exists
     holder = await _hold(pg_dsn, store._table("g"), "g/lane1", "g/lane2")
     lanes = [asyncio.create_task(store.awrite(_node(f"g/lane{i}"))) for i in (1, 2)]
-    await _waiting_on_locks(holder, "INSERT INTO%VALUES%", 2)
+    await _waiting_on_locks(holder, f"INSERT INTO%{store.schema_of('g')}%VALUES%", 2)
     return holder, lanes
 
 
@@ -232,10 +233,14 @@ async def test_a_group_cut_mid_statement_fails_every_member_and_writes_none(
         await holder.execute("ROLLBACK")
         await holder.close()
         await asyncio.wait_for(asyncio.gather(*lanes), WAIT)
-        await _waiting_on_locks(blocker, "INSERT INTO%unnest%", 1)
+        # This test's own statement only (its schema in the pattern): another test session on
+        # the same database may be waiting on a lock in a group write of its own.
+        group = f"INSERT INTO%{store.schema_of('g')}%unnest%"
+        await _waiting_on_locks(blocker, group, 1)
         await blocker.fetchval(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO%unnest%'"
+            " WHERE wait_event_type = 'Lock' AND query LIKE $1",
+            group,
         )
         errors = await asyncio.wait_for(asyncio.gather(*members, return_exceptions=True), WAIT)
         await blocker.execute("ROLLBACK")

@@ -16,7 +16,6 @@ import json
 import random
 import signal
 import sys
-import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -28,6 +27,7 @@ from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
 from rxmesh.operations import Verdict
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultProxy
+from tests.conftest import session_prefix
 
 pytestmark = pytest.mark.postgres
 
@@ -99,7 +99,7 @@ async def test_a_writer_killed_during_an_outage_loses_no_journaled_intent(
     seed: int, private_db: str, tmp_path: Path
 ) -> None:
     journal = tmp_path / "journal"
-    prefix = f"rxc{uuid.uuid4().hex[:8]}_"
+    prefix = session_prefix("c")
     answers = await _crash_once(private_db, journal, prefix, seed, tmp_path / "writer.err")
 
     # Every answer was UNAVAILABLE, and each was journaled BEFORE it was answered.

@@ -27,6 +27,7 @@ import itertools
 import json
 import os
 import re
+import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -67,7 +68,7 @@ from rxmesh.operations import (
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
-from tests.conftest import PG_DSN, LogRecords, require_server
+from tests.conftest import PG_DSN, SESSION, LogRecords, require_server, session_prefix
 from tests.helpers import answers
 from tests.postgres.kinds import drop_schemas
 
@@ -327,7 +328,7 @@ async def test_content_postgres_cannot_store_is_refused_up_front(
 @pytest.fixture(scope="module")
 def pg_prefix() -> Iterator[str]:
     require_server(PG_DSN, 5432, "PostgreSQL")
-    prefix = f"rxh{uuid.uuid4().hex[:8]}_"
+    prefix = session_prefix("h")
     yield prefix
     asyncio.run(drop_schemas(PG_DSN, prefix))
 
@@ -369,7 +370,7 @@ def test_a_hostile_create_against_postgres_is_never_unknown(
 async def test_a_partition_that_tries_sql_injection_is_refused_by_the_path_rules(
     partition: str, pg_dsn: str, log_records: LogRecords
 ) -> None:
-    prefix = f"rxh{uuid.uuid4().hex[:8]}_"
+    prefix = session_prefix("h")
     mesh, store = await _pg_mesh(prefix)
     canary = f"{prefix}canary"
     admin = await asyncpg.connect(pg_dsn, timeout=5.0)
@@ -402,7 +403,7 @@ async def test_a_partition_that_tries_sql_injection_is_refused_by_the_path_rules
 
 @pytest.mark.postgres
 async def test_a_valid_but_odd_partition_name_gets_a_correctly_quoted_schema(pg_dsn: str) -> None:
-    prefix = f"rxh{uuid.uuid4().hex[:8]}_"
+    prefix = session_prefix("h")
     mesh, store = await _pg_mesh(prefix)
     admin = await asyncpg.connect(pg_dsn, timeout=5.0)
     try:
@@ -787,7 +788,7 @@ _PG_EXAMPLES = itertools.count()
 def pg_family() -> Iterator[str]:
     """A schema-prefix family for the cross-store examples (each gets its own prefix)."""
     require_server(PG_DSN, 5432, "PostgreSQL")
-    family = f"rxq{uuid.uuid4().hex[:5]}"
+    family = f"rxq{SESSION}{secrets.token_hex(1)}"
     yield family
     asyncio.run(drop_schemas(PG_DSN, family))
 

@@ -21,6 +21,7 @@ from rxmesh.model import NodeQuery
 from rxmesh.operations import CreateNodeRequest, RejectionReason, Verdict
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
+from tests.conftest import session_prefix
 from tests.mesh.conftest import ALICE
 
 OPTIONS = {
@@ -43,9 +44,7 @@ async def test_a_reply_lost_after_the_insert_is_answered_may_have_landed_then_se
 ) -> None:
     target = urlparse(private_db)
     async with FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
-        store = PostgresStore(
-            proxy.dsn(private_db), schema_prefix=f"rxk{uuid.uuid4().hex[:8]}_", **OPTIONS
-        )
+        store = PostgresStore(proxy.dsn(private_db), schema_prefix=session_prefix("k"), **OPTIONS)
         await store.start()
         # No retries: with them the ladder re-sends the INSERT, which finds this request's own
         # row and is answered created (tests/integration covers that ambiguous commit).

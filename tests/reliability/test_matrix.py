@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,7 +52,7 @@ from rxmesh.testing import (
     TemporaryPgBouncer,
     TemporaryPostgresCluster,
 )
-from tests.conftest import IN_CI, LogRecords
+from tests.conftest import IN_CI, LogRecords, session_prefix
 from tests.reliability.conftest import MATRIX, VERBS
 
 pytestmark = pytest.mark.postgres
@@ -493,7 +492,7 @@ async def _recovered(row: Row, fault: Fault) -> None:
 
 
 def _prefix() -> str:
-    return f"rxr{uuid.uuid4().hex[:8]}_"
+    return session_prefix("r")
 
 
 @contextlib.asynccontextmanager

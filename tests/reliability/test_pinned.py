@@ -6,7 +6,6 @@ They were pinned as strict xfails until fixed; the reason texts below say what w
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 from urllib.parse import urlparse
 
@@ -23,6 +22,7 @@ from rxmesh.operations import CreateNodeRequest, CreateNodesRequest, RejectionRe
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
+from tests.conftest import session_prefix
 from tests.mesh.conftest import make_mesh
 
 ALICE = AccessContext(user="alice")
@@ -77,9 +77,7 @@ async def test_a_call_on_a_just_terminated_pooled_connection_is_a_transient_stor
     private_db: str,
 ) -> None:
     database = urlparse(private_db).path.lstrip("/")
-    store = PostgresStore(
-        private_db, schema_prefix=f"rxp{uuid.uuid4().hex[:8]}_", min_size=1, max_size=1
-    )
+    store = PostgresStore(private_db, schema_prefix=session_prefix("p"), min_size=1, max_size=1)
     await store.start()
     admin = await asyncpg.connect(private_db, timeout=5.0)
     failures: list[BaseException] = []
@@ -195,7 +193,7 @@ CREATE_CLAIMS_NOTHING_WRITTEN = (
 async def test_a_create_whose_insert_committed_before_the_store_vanished_never_says_nothing_written(
     private_db: str,
 ) -> None:
-    prefix = f"rxa{uuid.uuid4().hex[:8]}_"
+    prefix = session_prefix("a")
     target = urlparse(private_db)
     async with FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
         store = PostgresStore(

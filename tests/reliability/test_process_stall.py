@@ -82,6 +82,15 @@ async def hold_lock(conn: asyncpg.Connection, table: str) -> Any:
     return transaction
 
 
+async def waiting_on(conn: asyncpg.Connection, table: str) -> None:
+    """Until some backend waits for a lock on ``table`` (this test's own table: another session's
+    waits never count), polled on the server, bounded."""
+    waiting = "SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND NOT granted"
+    async with asyncio.timeout(30):
+        while not await conn.fetchval(waiting, table):  # noqa: ASYNC110 - the server's state
+            await asyncio.sleep(0.01)
+
+
 async def sixty_creates_through_a_stall(
     mesh: Mesh, store: PostgresStore, seconds: float, locker: asyncpg.Connection
 ) -> list[CreateNodeResponse]:
@@ -90,8 +99,14 @@ async def sixty_creates_through_a_stall(
     The statements on their connections when the loop blocks must still be waiting for their
     replies when it runs again, or the loop would read the replies before firing the expired
     timers: the partition's table is locked from before the creates until just after the
-    stall, so every command timeout then in flight fires, late, on the blocked loop's clock."""
-    held = await hold_lock(locker, f'"{store.schema_of("s")}".nodes')
+    stall, so every command timeout then in flight fires, late, on the blocked loop's clock.
+
+    The loop blocks only once the server shows a statement of the store waiting on that lock:
+    its command timeout started when it was sent, so a stall longer than the timeout makes at
+    least one time-boxed failure however slowly a loaded machine got there (a count of loop
+    turns, or a connection taken from the pool, proves no statement was sent)."""
+    table = f'"{store.schema_of("s")}".nodes'
+    held = await hold_lock(locker, table)
     tasks = [
         asyncio.ensure_future(
             first_value(
@@ -101,12 +116,11 @@ async def sixty_creates_through_a_stall(
         )
         for i in range(60)
     ]
-    for _ in range(1000):  # let the first statements leave (bounded)
-        await asyncio.sleep(0)
-        if store.statistics().connections_in_use:
-            break
-    await asyncio.sleep(0)
+    await waiting_on(locker, table)
     time.sleep(seconds)  # noqa: ASYNC251 - the fault under test: this process's loop is blocked
+    # One turn of the loop first: the expired timers fire there, while the lock still holds
+    # every reply back (a ROLLBACK written in this same step could let a reply in first).
+    await asyncio.sleep(0)
     await held.rollback()  # the store is fine: the lock goes as soon as the loop runs again
     return list(await asyncio.gather(*tasks))
 
