@@ -1,4 +1,4 @@
-"""Health checks, their report, and a plain ASGI app that serves it (SPEC §8).
+"""Health checks, their report, and an ASGI app that serves it.
 
 The model follows ASP.NET Core's health checks: each registered check returns a status, a
 description and data; the report's status is the WORST entry (``UNHEALTHY < DEGRADED < HEALTHY``);
@@ -16,12 +16,12 @@ import asyncio
 import inspect
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from loguru import logger
 
+from rxmesh._asgi import Receive, Scope, Send, serve_lifespan
 from rxmesh._health_checks import (
     DEFAULT_MALFORMED_WINDOW,
     ChangeFeedCheck,
@@ -47,6 +47,7 @@ __all__ = [
     "ChangeFeedCheck",
     "ChangeFeedSnapshot",
     "ChangeFeedSource",
+    "HealthApp",
     "HealthCheck",
     "HealthCheckResult",
     "HealthRegistry",
@@ -59,9 +60,6 @@ __all__ = [
     "PendingWritesSource",
     "asgi_app",
 ]
-
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,49 +207,74 @@ def _raised(name: str, exc: Exception) -> HealthCheckResult:
 
 # -- the ASGI app ---------------------------------------------------------------------------------
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+class HealthApp:
+    """An ASGI 3 application serving a registry's report as JSON (built by :func:`asgi_app`).
 
-def asgi_app(registry: HealthRegistry, *, tags: Iterable[str] | None = None) -> ASGIApp:
-    """A plain ASGI 3 app serving ``registry``'s report as JSON; no web framework needed.
-
-    ``GET``/``HEAD`` answer 200 for Healthy or Degraded and 503 for Unhealthy, with
-    ``content-type: application/json`` and ``cache-control: no-store``; other methods get 405.
-    Mount it anywhere: ``app.mount("/health", asgi_app(registry))`` in Starlette/FastAPI, or hand
-    it to any ASGI server directly (it answers the lifespan protocol too).
-
-    Args:
-        registry: the checks to run on each request.
-        tags: only the checks sharing one of these tags (e.g. ``("ready",)``); all when ``None``.
+    A class instance with ``async __call__(scope, receive, send)``, so Starlette and FastAPI take
+    it for an ASGI app under ``Route`` as under ``Mount`` (a plain function would be taken for a
+    request handler there).
     """
-    selected = None if tags is None else tuple([tags] if isinstance(tags, str) else tags)
 
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    __slots__ = ("_registry", "_tags")
+
+    def __init__(self, registry: HealthRegistry, tags: tuple[str, ...] | None) -> None:
+        self._registry = registry
+        self._tags = tags
+
+    @property
+    def tags(self) -> tuple[str, ...] | None:
+        """The tags this app selects (``None``: chosen per request by the path)."""
+        return self._tags
+
+    def selection(self, scope: Scope) -> tuple[str, ...] | None:
+        """The tags a request selects: this app's own, else ``live``/``ready`` when the path
+        (below where the app is mounted) ends in that segment, else every check."""
+        if self._tags is not None:
+            return self._tags
+        path = str(scope.get("path", "/"))
+        root = str(scope.get("root_path", ""))
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        last = path.rstrip("/").rpartition("/")[2]
+        return (last,) if last in _PROBE_SEGMENTS else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
+            return
         if kind != "http":
             raise ValueError(f"the health app serves HTTP only, not {kind!r}")
         method = scope.get("method", "GET")
         if method not in {"GET", "HEAD"}:
             await _respond(send, 405, b'{"error":"method not allowed"}', allow=True)
             return
-        report = await registry.report(selected)
+        report = await self._registry.report(self.selection(scope))
         code = 503 if report.status is HealthStatus.UNHEALTHY else 200
         body = report.to_json().encode()
         await _respond(send, code, body, head=method == "HEAD")
 
-    return app
+
+_PROBE_SEGMENTS = frozenset({"live", "ready"})
+
+
+def asgi_app(registry: HealthRegistry, *, tags: Iterable[str] | None = None) -> HealthApp:
+    """An ASGI 3 app serving ``registry``'s report as JSON; no web framework needed.
+
+    ``GET``/``HEAD`` answer 200 for Healthy or Degraded and 503 for Unhealthy, with
+    ``content-type: application/json`` and ``cache-control: no-store``; other methods get 405.
+    Without ``tags``, a path ending in ``/live`` selects the liveness checks, ``/ready`` the
+    readiness checks, anything else every check: ``Mount("/health", asgi_app(registry))`` serves
+    ``/health/live`` and ``/health/ready``. It answers the lifespan protocol too, so any ASGI
+    server runs it on its own. docs/health.md has the Starlette and FastAPI recipes.
+
+    Args:
+        registry: the checks to run on each request.
+        tags: only the checks sharing one of these tags (e.g. ``("ready",)``), whatever the path.
+    """
+    selected = None if tags is None else tuple([tags] if isinstance(tags, str) else tags)
+    return HealthApp(registry, selected)
 
 
 async def _respond(

@@ -27,6 +27,7 @@ CROSS_CUTTING = {
     "rxmesh._trusted",
     "rxmesh._path_order",
     "rxmesh._collector",
+    "rxmesh._asgi",
 }
 ALLOWED: dict[str, set[str]] = {
     # a package: what it may import inside rxmesh (besides itself)

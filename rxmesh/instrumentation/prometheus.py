@@ -1,5 +1,6 @@
 """Prometheus metrics for rxmesh (``pip install 'rxmesh[prometheus]'``): counters, histograms and
-gauges registered on a :class:`prometheus_client.CollectorRegistry` of your choice.
+gauges registered on prometheus_client's default ``REGISTRY`` (next to your own metrics), or on a
+:class:`prometheus_client.CollectorRegistry` you pass.
 
 Every label is bounded: a verb, a rejection reason, a verdict, a cause, a health status, a store's
 configured name. No metric carries a node path, a user or a request id. The metric names and
@@ -22,16 +23,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_asgi_app
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, make_asgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from rxmesh._asgi import serve_lifespan
 from rxmesh.instrumentation import _events, _seam
 
 __all__ = [
     "HEALTH_STATUS_VALUES",
     "LedgerLike",
+    "MetricsApp",
     "PrometheusInstrument",
     "asgi_app",
 ]
@@ -90,12 +93,14 @@ class _SeamCollector(Collector):
 
 
 class PrometheusInstrument:
-    """An instrument that keeps rxmesh's metrics on ``registry`` (default: a registry of its
-    own, never prometheus_client's global one). Install it with
+    """An instrument that keeps rxmesh's metrics on ``registry`` (default: prometheus_client's
+    ``REGISTRY``, which ``start_http_server`` and ``make_asgi_app`` serve). Install it with
     :func:`rxmesh.instrumentation.install`; pass ledgers to export the pending-intents gauge.
+    One instrument per registry: a second one on the same registry is refused by
+    prometheus_client (duplicated timeseries) until :meth:`unregister`.
 
     Args:
-        registry: where the metrics are registered.
+        registry: where the metrics are registered (default ``prometheus_client.REGISTRY``).
         ledgers: :class:`~rxmesh.ledger.PendingWriteLedger` objects read at scrape time (more
             with :meth:`watch_ledger`).
     """
@@ -103,7 +108,7 @@ class PrometheusInstrument:
     def __init__(
         self, registry: CollectorRegistry | None = None, *, ledgers: tuple[LedgerLike, ...] = ()
     ) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry = registry if registry is not None else REGISTRY
         r = self.registry
         self.node_operations = Counter(
             "rxmesh_node_operations",
@@ -218,8 +223,12 @@ class PrometheusInstrument:
             registry=r,
         )
         self._ledgers: list[LedgerLike] = list(ledgers)
-        r.register(_LedgerCollector(self._ledgers))
-        r.register(_SeamCollector())
+        self._own: list[Collector] = [
+            value for value in vars(self).values() if isinstance(value, (Counter, Gauge, Histogram))
+        ]
+        self._own += [_LedgerCollector(self._ledgers), _SeamCollector()]
+        for collector in self._own[-2:]:
+            r.register(collector)
         self._handlers: dict[type[_events.Event], Callable[[Any], None]] = {
             _events.NodeOperationAnswered: self._answered,
             _events.RetryScheduled: self._retry,
@@ -235,6 +244,13 @@ class PrometheusInstrument:
             _events.IntentReissued: lambda e: self.intents_reissued.inc(),
             _events.IntentSettled: lambda e: self.intents_settled.labels(e.verdict).inc(),
         }
+
+    def unregister(self) -> None:
+        """Remove this instrument's metrics from its registry (idempotent): a test, or a reload
+        that builds a new instrument on the same registry."""
+        own, self._own = self._own, []
+        for collector in own:
+            self.registry.unregister(collector)
 
     def watch_ledger(self, ledger: LedgerLike) -> None:
         """Export ``ledger``'s intents too (read at scrape time; no event needed)."""
@@ -270,8 +286,32 @@ class PrometheusInstrument:
         self.health_status.labels(event.checks).set(HEALTH_STATUS_VALUES.get(event.status, 0))
 
 
-def asgi_app(instrument: PrometheusInstrument) -> ASGIApp:
-    """prometheus_client's own ASGI app over ``instrument``'s registry (HTTP only: a router in
-    front answers the lifespan protocol, see docs/observability.md)."""
-    app: ASGIApp = make_asgi_app(instrument.registry)
-    return app
+class MetricsApp:
+    """An ASGI 3 application serving a registry in Prometheus' text format (built by
+    :func:`asgi_app`): prometheus_client's own app, wrapped in a class so Starlette and FastAPI
+    take it for an ASGI app under ``Route`` as under ``Mount``. It answers the lifespan protocol.
+    """
+
+    __slots__ = ("_app", "registry")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self._app: ASGIApp = make_asgi_app(registry)
+
+    async def __call__(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[Any]],
+        send: Callable[[Any], Awaitable[None]],
+    ) -> None:
+        if scope["type"] == "lifespan":
+            await serve_lifespan(receive, send)
+            return
+        await self._app(scope, receive, send)
+
+
+def asgi_app(instrument: PrometheusInstrument | None = None) -> MetricsApp:
+    """The metrics of ``instrument``'s registry (default: prometheus_client's ``REGISTRY``) as
+    an ASGI app; ``Route("/metrics", asgi_app(metrics))`` in Starlette, ``app.add_route`` in
+    FastAPI (docs/observability.md)."""
+    return MetricsApp(REGISTRY if instrument is None else instrument.registry)

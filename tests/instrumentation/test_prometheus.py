@@ -3,6 +3,7 @@ after a drill-like outage; its counts equal the run's own accounting."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -88,13 +89,33 @@ def test_the_leak_check_finds_a_path_label() -> None:
     assert leaked(generate_latest(registry).decode(), ["acme/x"]) == ["acme/x"]
 
 
-def test_the_registry_is_its_own_never_the_global_one() -> None:
+def test_the_default_registry_is_prometheus_clients_global_one() -> None:
+    """Fails at 1d389e8 because the instrument made a registry of its own, which
+    ``start_http_server`` and the default ``make_asgi_app`` do not serve."""
     from prometheus_client import REGISTRY
 
     metrics = PrometheusInstrument()
-    assert metrics.registry is not REGISTRY
+    try:
+        assert metrics.registry is REGISTRY
+        metrics.retries.labels("true").inc()
+        assert REGISTRY.get_sample_value("rxmesh_retries_total", {"unreachable": "true"}) == 1.0
+        # prometheus_client's own rule: one set of these names per registry.
+        with pytest.raises(ValueError, match="Duplicated timeseries"):
+            PrometheusInstrument()
+    finally:
+        metrics.unregister()
     assert REGISTRY.get_sample_value("rxmesh_retries_total", {"unreachable": "true"}) is None
-    PrometheusInstrument()  # a second one registers on its own registry: no duplicate error
+    PrometheusInstrument().unregister()  # the names are free again
+
+
+def test_a_registry_passed_keeps_the_metrics_off_the_global_one() -> None:
+    """Negative control: with a registry passed, nothing reaches ``REGISTRY``."""
+    from prometheus_client import REGISTRY
+
+    metrics = PrometheusInstrument(CollectorRegistry())
+    metrics.retries.labels("true").inc()
+    assert metrics.registry.get_sample_value("rxmesh_retries_total", {"unreachable": "true"}) == 1
+    assert REGISTRY.get_sample_value("rxmesh_retries_total", {"unreachable": "true"}) is None
 
 
 async def test_node_operation_answers_equal_the_runs_answers() -> None:
