@@ -1,0 +1,89 @@
+"""``mesh.watch(query)``: the live stream that survives what the live query survives.
+
+Fails at 1d389e8 because ``Mesh`` had no ``watch``: the README's stream, ``iterate(mesh.live(q))``,
+ended at the first transient fault mid-stream (the negative control below still does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from reactivex.testing import TestScheduler
+
+from rxmesh import Mesh, MeshNode
+from rxmesh.aio import iterate
+from rxmesh.exceptions import StoreError
+from rxmesh.ledger import PendingWriteLedger
+from rxmesh.model import FrameKind, NodeQuery, QueryFrame
+from rxmesh.providers.memory import InMemoryStore
+from rxmesh.testing import FaultInjectingStore
+
+from .conftest import ALICE, FAST
+
+QUERY = NodeQuery(partition="acme", node_type="Doc")
+
+
+def doc(path: str) -> MeshNode:
+    return MeshNode(path=path, node_type="Doc", content={"x": 1})
+
+
+def mesh_on(scheduler: TestScheduler) -> tuple[Mesh, FaultInjectingStore]:
+    store = FaultInjectingStore(InMemoryStore())
+    mesh = Mesh(store, scheduler=scheduler, ledger=PendingWriteLedger(""), retry_delays=FAST)
+    return mesh, store
+
+
+async def test_watch_reopens_through_the_cache_after_a_transient_fault() -> None:
+    scheduler = TestScheduler()
+    mesh, store = mesh_on(scheduler)
+    await mesh.create(doc("acme/a"), access=ALICE)
+    frames: list[QueryFrame] = []
+    errors: list[Exception] = []
+    mesh.watch(QUERY).subscribe(frames.append, errors.append)
+    assert store.sever_open_queries() == 1  # the incident's ConnectionResetError chain
+    await mesh.create(doc("acme/b"), access=ALICE)  # while the watch waits to re-open
+    scheduler.advance_by(1.9)
+    assert [f.kind for f in frames] == [FrameKind.INITIAL]
+    scheduler.advance_by(0.1)  # the first re-open waits 2 s
+    assert errors == []
+    assert [f.kind for f in frames] == [FrameKind.INITIAL, FrameKind.INITIAL]
+    assert [n.path for n in frames[-1].nodes] == ["acme/a", "acme/b"]
+    await mesh.create(doc("acme/c"), access=ALICE)
+    assert frames[-1].kind is FrameKind.DELTA
+    assert [n.path for n in frames[-1].nodes] == ["acme/c"]
+
+
+async def test_control_live_ends_at_the_same_fault() -> None:
+    """Negative control: the cached live query alone ends with the transient fault."""
+    scheduler = TestScheduler()
+    mesh, store = mesh_on(scheduler)
+    errors: list[Exception] = []
+    mesh.live(QUERY).subscribe(on_error=errors.append)
+    store.sever_open_queries()
+    (error,) = errors
+    assert isinstance(error, StoreError)
+
+
+async def test_watch_ends_with_a_fault_that_is_not_transient() -> None:
+    """Negative control of the classifier: a programming error is not re-opened."""
+    scheduler = TestScheduler()
+    mesh, store = mesh_on(scheduler)
+    errors: list[Exception] = []
+    mesh.watch(QUERY).subscribe(on_error=errors.append)
+    store.sever_open_queries(lambda: TypeError("a defect"))
+    scheduler.advance_by(60)
+    (error,) = errors
+    assert isinstance(error, TypeError)
+
+
+async def test_watch_reads_with_async_for() -> None:
+    mesh = Mesh(InMemoryStore(), ledger=PendingWriteLedger(""))
+    await mesh.create(doc("acme/a"), access=ALICE)
+    async with asyncio.timeout(5):
+        async for frame in iterate(mesh.watch(QUERY)):
+            assert [n.path for n in frame.nodes] == ["acme/a"]
+            break
+    mesh.dispose()
+    with pytest.raises(Exception, match="disposed"):
+        mesh.watch(QUERY)
