@@ -235,20 +235,11 @@ class Mesh:
         backoff: Sequence[float] = DEFAULT_REOPEN_BACKOFF,
         max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
     ) -> Observable[QueryFrame]:
-        """A live stream of ``query`` that survives what a live query survives: the shared
-        :meth:`live` query (the retry ladder before its Initial), re-opened through the cache
-        after a transient fault by :func:`~rxmesh.operators.reopen_on_transient_fault`, as the
-        live record census is. Each re-open starts with a fresh Initial (the whole state).
-
-        It ends with a fault that is not transient, or once ``max_consecutive`` re-opens in a
-        row brought no frame. ``async for frame in iterate(mesh.watch(query))`` reads it in
-        asyncio; :class:`rxmesh.web.EventStream` serves it as Server-Sent Events.
-
-        Args:
-            query: what to watch.
-            backoff: seconds before the 1st, 2nd, ... consecutive re-open (2, 5, 15, 30, 60).
-            max_consecutive: re-opens allowed in a row without a frame (5).
-        """
+        """The shared :meth:`live` query, re-opened through the cache after a transient fault
+        (:func:`~rxmesh.operators.reopen_on_transient_fault`, as the census): each re-open starts
+        with a fresh Initial. It ends with a fault that is not transient, or after
+        ``max_consecutive`` re-opens in a row without a frame (``backoff`` seconds between).
+        Serve it with :class:`rxmesh.web.EventStream`."""
         self._check_open()
         return reopen_on_transient_fault(
             lambda: self.live(query),
