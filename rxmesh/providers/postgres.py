@@ -34,7 +34,7 @@ from decimal import Decimal
 from itertools import repeat
 from types import TracebackType
 from typing import Any, Literal, NoReturn, TypeVar
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 import asyncpg
 import asyncpg.exceptions as pgexc
@@ -208,6 +208,13 @@ def _dsn_name(dsn: str) -> str:
         shown = f"{parsed.hostname or 'localhost'}:{parsed.port or 5432}"
     database = parsed.path.lstrip("/") or parsed.username or "postgres"
     return f"postgres@{shown}/{database}"
+
+
+def _settings(dsn: str, application_name: str) -> dict[str, str]:
+    """The connections' server settings: the DSN's own ``application_name`` wins (an operator
+    names the service's connections), else ``application_name``."""
+    given = parse_qs(urlparse(dsn).query).get("application_name")
+    return {"application_name": given[-1] if given else application_name}
 
 
 def _literal(text: str) -> str:
@@ -1117,7 +1124,7 @@ class PostgresStore:
                 min_size=self._min_size,
                 max_size=self._max_size,
                 timeout=self._connect_timeout,
-                server_settings={"application_name": "rxmesh"},
+                server_settings=_settings(self._dsn, "rxmesh"),
                 reset=_leave_no_session_state,
                 **self._connect_options(pooled=self._pooled),
             )
@@ -1165,7 +1172,7 @@ class PostgresStore:
             conn = await asyncpg.connect(
                 self._dsn,
                 timeout=self._connect_timeout,
-                server_settings={"application_name": "rxmesh"},
+                server_settings=_settings(self._dsn, "rxmesh"),
                 **self._connect_options(pooled=True),
             )
         except _DRIVER_FAULTS as exc:
@@ -2672,7 +2679,7 @@ class PostgresStore:
             conn = await asyncpg.connect(
                 self._listen_dsn,
                 timeout=self._connect_timeout,
-                server_settings={"application_name": "rxmesh-feed"},
+                server_settings=_settings(self._listen_dsn, "rxmesh-feed"),
                 **self._connect_options(pooled=pooled),
             )
         except _DRIVER_FAULTS as exc:

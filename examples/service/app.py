@@ -1,0 +1,147 @@
+"""A small real service on rxmesh: FastAPI over a PostgreSQL store.
+
+- ``POST /nodes`` creates a node; the ``Idempotency-Key`` header is the request id, so a client
+  that got ``503`` (the store could not be reached) re-sends the SAME request with the same key
+  and gets the first answer it would have had (``201`` when its own row is there).
+- ``GET /live?partition=shop`` streams the partition as Server-Sent Events (``rxmesh.web``) over
+  ``mesh.watch``, which re-opens after a transient fault.
+- ``/health/live``, ``/health/ready``, ``/health`` and ``/metrics`` for the orchestrator and
+  Prometheus; rxmesh's logs go to ``logging`` (uvicorn's).
+
+Run it (from the repository's root):
+``RXMESH_DSN=postgresql://postgres@127.0.0.1/postgres uvicorn examples.service.app:app``.
+Settings (environment): ``RXMESH_DSN`` (required), ``RXMESH_SCHEMA_PREFIX``,
+``RXMESH_APPLICATION_NAME`` (the ``application_name`` of its connections, ``rxmesh-example``),
+``RXMESH_HEARTBEAT`` (seconds between SSE heartbeats, 15).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
+
+from fastapi import FastAPI, Header, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode
+from rxmesh.aio import first_value
+from rxmesh.health import ChangeFeedCheck, HealthCheckResult, HealthRegistry, asgi_app
+from rxmesh.instrumentation import install
+from rxmesh.instrumentation.prometheus import PrometheusInstrument
+from rxmesh.instrumentation.prometheus import asgi_app as metrics_app
+from rxmesh.logs import route_to_stdlib
+from rxmesh.model import NodeQuery
+from rxmesh.operations import CreateNodeResponse, RejectionReason
+from rxmesh.providers import PostgresStore
+from rxmesh.web import EventStream
+
+STATUS = {
+    RejectionReason.UNAVAILABLE: 503,
+    RejectionReason.NODE_ALREADY_EXISTS: 409,
+    RejectionReason.VERSION_CONFLICT: 409,
+    RejectionReason.VALIDATION_FAILED: 422,
+    RejectionReason.INVALID_PATH: 422,
+    RejectionReason.INVALID_NODE_TYPE: 422,
+    RejectionReason.FORBIDDEN: 403,
+    RejectionReason.UNKNOWN: 500,
+}
+
+
+def with_application_name(dsn: str, name: str) -> str:
+    """``dsn`` with ``application_name`` set: the service's connections say whose they are."""
+    parsed = urlparse(dsn)
+    query = dict(parse_qsl(parsed.query))
+    query.setdefault("application_name", name)
+    return urlunparse(parsed._replace(query=urlencode(query)))
+
+
+class NodeIn(BaseModel):
+    path: str
+    node_type: str
+    content: dict[str, Any] = {}
+
+
+health = HealthRegistry()
+health.register("process", lambda: HealthCheckResult.healthy("event loop running"))
+state: dict[str, Any] = {}
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    route = route_to_stdlib("INFO")
+    metrics = PrometheusInstrument()
+    installed = install(metrics)
+    dsn = with_application_name(
+        os.environ["RXMESH_DSN"], os.environ.get("RXMESH_APPLICATION_NAME", "rxmesh-example")
+    )
+    options: dict[str, Any] = {}
+    if "RXMESH_SCHEMA_PREFIX" in os.environ:
+        options["schema_prefix"] = os.environ["RXMESH_SCHEMA_PREFIX"]
+    async with PostgresStore(dsn, **options) as store:
+        health.register("change-feed", ChangeFeedCheck(store), tags=("ready",))
+        mesh = Mesh(store)
+        state["mesh"] = mesh
+        try:
+            yield
+        finally:
+            mesh.dispose()
+            health.unregister("change-feed")
+            installed.uninstall()
+            metrics.unregister()
+            route.stop()
+
+
+app = FastAPI(lifespan=lifespan)
+app.add_route("/health/live", asgi_app(health, tags=("live",)))
+app.add_route("/health/ready", asgi_app(health, tags=("ready",)))
+app.add_route("/health", asgi_app(health))
+app.add_route("/metrics", metrics_app())
+
+
+@app.post("/nodes")
+async def create(
+    body: NodeIn,
+    idempotency_key: str = Header(),
+    x_user: str = Header(default="alice"),
+) -> JSONResponse:
+    mesh: Mesh = state["mesh"]
+    try:
+        node = MeshNode(path=body.path, node_type=body.node_type, content=body.content)
+        request = CreateNodeRequest(
+            node=node, access=AccessContext(user=x_user), request_id=idempotency_key
+        )
+    except ValidationError as invalid:
+        errors = invalid.errors(include_url=False, include_context=False, include_input=False)
+        return JSONResponse({"reason": "VALIDATION_FAILED", "errors": errors}, status_code=422)
+    answer: CreateNodeResponse = await first_value(mesh.create_node(request))
+    if answer.success:
+        assert answer.node is not None
+        return JSONResponse(
+            {"path": answer.node.path, "request_id": answer.request_id}, status_code=201
+        )
+    reason = answer.rejection_reason or RejectionReason.UNKNOWN
+    headers = {"Retry-After": "1"} if reason is RejectionReason.UNAVAILABLE else None
+    payload = {
+        "reason": str(reason),
+        "error": answer.error,
+        "request_id": answer.request_id,
+        "recorded_for_reissue": answer.recorded_for_reissue,
+        "outcome_unknown": answer.outcome_unknown,
+    }
+    return JSONResponse(payload, status_code=STATUS.get(reason, 500), headers=headers)
+
+
+async def live(request: Request) -> EventStream:
+    """A Starlette endpoint (FastAPI would serialise what a path operation returns): the
+    EventStream it returns is called as the response."""
+    mesh: Mesh = state["mesh"]
+    query = NodeQuery(partition=request.query_params.get("partition", "shop"))
+    heartbeat = float(os.environ.get("RXMESH_HEARTBEAT", "15"))
+    return EventStream(mesh.watch(query), heartbeat=heartbeat)
+
+
+app.add_route("/live", live, methods=["GET"])
