@@ -5,6 +5,7 @@
   and gets the first answer it would have had (``201`` when its own row is there).
 - ``GET /live?partition=shop`` streams the partition as Server-Sent Events (``rxmesh.web``) over
   ``mesh.watch``, which re-opens after a transient fault.
+- ``GET /`` is a page whose ``EventSource`` lists the partition's nodes as they are created.
 - ``/health/live``, ``/health/ready``, ``/health`` and ``/metrics`` for the orchestrator and
   Prometheus; rxmesh's logs go to ``logging`` (uvicorn's).
 
@@ -24,7 +25,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 from fastapi import FastAPI, Header, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode
@@ -145,3 +146,49 @@ async def live(request: Request) -> EventStream:
 
 
 app.add_route("/live", live, methods=["GET"])
+
+
+PAGE = """<!doctype html>
+<html lang="en">
+<meta charset="utf-8">
+<title>rxmesh live</title>
+<p id="status">connecting</p>
+<ul id="nodes"></ul>
+<script>
+const list = document.getElementById("nodes");
+const status = document.getElementById("status");
+const partition = new URLSearchParams(location.search).get("partition") || "shop";
+const source = new EventSource("/live?partition=" + encodeURIComponent(partition));
+function add(path) {
+  if (list.querySelector(`li[data-path="${CSS.escape(path)}"]`)) return;
+  const item = document.createElement("li");
+  item.dataset.path = path;
+  item.textContent = path;
+  list.append(item);
+}
+function remove(path) {
+  list.querySelector(`li[data-path="${CSS.escape(path)}"]`)?.remove();
+}
+source.addEventListener("INITIAL", (event) => {
+  const frame = JSON.parse(event.data);
+  const paths = new Set(frame.nodes.map((node) => node.path));
+  for (const item of [...list.children]) if (!paths.has(item.dataset.path)) item.remove();
+  for (const path of paths) add(path);
+  status.textContent = "live";
+});
+source.addEventListener("DELTA", (event) => {
+  const frame = JSON.parse(event.data);
+  for (const node of frame.nodes) add(node.path);
+  for (const path of frame.removed) remove(path);
+});
+source.addEventListener("error", (event) => {
+  status.textContent = event.data ? "ended: " + event.data : "reconnecting";
+});
+</script>
+</html>
+"""
+
+
+@app.get("/", response_class=HTMLResponse)
+async def page() -> str:
+    return PAGE

@@ -1,0 +1,132 @@
+"""The example service's live page in a real browser: headless Chromium opens it, its
+EventSource lists the nodes as they are created, and the test reads the page's DOM over the
+DevTools protocol.
+
+Fails at 1d389e8 because there was no stream to read (no ``rxmesh.web``, no ``mesh.watch``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from tests.conftest import IN_CI
+
+from .conftest import PARTITION, Service, free_port
+from .test_service import create
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+class Page:
+    """One page over the DevTools protocol: ``evaluate`` runs an expression, returns its value."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+        self._ids = 0
+
+    async def evaluate(self, expression: str) -> Any:
+        self._ids += 1
+        call = {
+            "id": self._ids,
+            "method": "Runtime.evaluate",
+            "params": {"expression": expression, "returnByValue": True},
+        }
+        await self._connection.send(json.dumps(call))
+        while True:
+            answer = json.loads(await self._connection.recv())
+            if answer.get("id") == self._ids:
+                return answer["result"]["result"].get("value")
+
+    async def until(self, expression: str, expected: Any) -> None:
+        seen = None
+        try:
+            async with asyncio.timeout(30):
+                while (seen := await self.evaluate(expression)) != expected:  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            page = await self.evaluate("document.documentElement.outerHTML")
+            raise AssertionError(f"{expression} is {seen!r}, not {expected!r}: {page}") from None
+
+
+@pytest.fixture
+async def page(service: Service, tmp_path: Path) -> AsyncIterator[Page]:
+    if not Path(CHROMIUM).exists():  # noqa: ASYNC240 - one stat
+        if IN_CI:
+            pytest.fail("chromium is not installed (.ci/run installs it)")
+        pytest.skip("chromium is not installed")
+    port = free_port()
+    log = tmp_path / "chromium.log"
+    with log.open("wb") as out:
+        browser = await asyncio.create_subprocess_exec(
+            CHROMIUM,
+            *FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--remote-debugging-port={port}",
+            f"{service.base}/?partition={PARTITION}",
+            stdout=out,
+            stderr=out,
+            start_new_session=True,  # its helper processes are ended with it
+        )
+    try:
+        async with asyncio.timeout(30), httpx.AsyncClient() as client:
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    targets = (await client.get(f"http://127.0.0.1:{port}/json/list")).json()
+                    pages = [t for t in targets if t["type"] == "page"]
+                    if pages:
+                        break
+                assert browser.returncode is None, log.read_text()
+                await asyncio.sleep(0.1)
+        async with websockets.connect(pages[0]["webSocketDebuggerUrl"], max_size=None) as ws:
+            yield Page(ws)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(browser.pid, signal.SIGTERM)
+        try:
+            async with asyncio.timeout(10):
+                await browser.wait()
+        except TimeoutError:
+            os.killpg(browser.pid, signal.SIGKILL)
+            await browser.wait()
+
+
+LISTED = (
+    "[...document.querySelectorAll('#nodes li')].map((li) => li.dataset.path)"
+    ".filter((path) => path.includes('/orders/'))"  # not the partition's root and grant
+)
+
+
+async def test_the_page_lists_nodes_as_they_are_created(service: Service, page: Page) -> None:
+    await page.until("document.getElementById('status').textContent", "live")
+    assert await page.evaluate(LISTED) == []
+    created: list[str] = []
+    async with httpx.AsyncClient(base_url=service.base, timeout=30) as client:
+        for i in range(3):
+            path = f"{PARTITION}/orders/browser-{i}"
+            await create(client, path, f"browser-{i}")
+            created.append(path)
+            await page.until(LISTED, created)  # shown while the page stays open
