@@ -28,28 +28,16 @@ from fastapi import FastAPI, Header, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode
-from rxmesh.aio import first_value
+from rxmesh import AccessContext, Mesh, http_status
+from rxmesh.exceptions import NodeOperationError
 from rxmesh.health import ChangeFeedCheck, HealthCheckResult, HealthRegistry, asgi_app
 from rxmesh.instrumentation import install
 from rxmesh.instrumentation.prometheus import PrometheusInstrument
 from rxmesh.instrumentation.prometheus import asgi_app as metrics_app
 from rxmesh.logs import route_to_stdlib
 from rxmesh.model import NodeQuery
-from rxmesh.operations import CreateNodeResponse, RejectionReason
 from rxmesh.providers import PostgresStore
 from rxmesh.web import EventStream
-
-STATUS = {
-    RejectionReason.UNAVAILABLE: 503,
-    RejectionReason.NODE_ALREADY_EXISTS: 409,
-    RejectionReason.VERSION_CONFLICT: 409,
-    RejectionReason.VALIDATION_FAILED: 422,
-    RejectionReason.INVALID_PATH: 422,
-    RejectionReason.INVALID_NODE_TYPE: 422,
-    RejectionReason.FORBIDDEN: 403,
-    RejectionReason.UNKNOWN: 500,
-}
 
 
 def with_application_name(dsn: str, name: str) -> str:
@@ -111,29 +99,16 @@ async def create(
 ) -> JSONResponse:
     mesh: Mesh = state["mesh"]
     try:
-        node = MeshNode(path=body.path, node_type=body.node_type, content=body.content)
-        request = CreateNodeRequest(
-            node=node, access=AccessContext(user=x_user), request_id=idempotency_key
-        )
+        access = AccessContext(user=x_user)
     except ValidationError as invalid:
         errors = invalid.errors(include_url=False, include_context=False, include_input=False)
-        return JSONResponse({"reason": "VALIDATION_FAILED", "errors": errors}, status_code=422)
-    answer: CreateNodeResponse = await first_value(mesh.create_node(request))
-    if answer.success:
-        assert answer.node is not None
-        return JSONResponse(
-            {"path": answer.node.path, "request_id": answer.request_id}, status_code=201
-        )
-    reason = answer.rejection_reason or RejectionReason.UNKNOWN
-    headers = {"Retry-After": "1"} if reason is RejectionReason.UNAVAILABLE else None
-    payload = {
-        "reason": str(reason),
-        "error": answer.error,
-        "request_id": answer.request_id,
-        "recorded_for_reissue": answer.recorded_for_reissue,
-        "outcome_unknown": answer.outcome_unknown,
-    }
-    return JSONResponse(payload, status_code=STATUS.get(reason, 500), headers=headers)
+        return JSONResponse({"rejection_reason": "VALIDATION_FAILED", "errors": errors}, 422)
+    try:
+        node = await mesh.create(body.model_dump(), access=access, request_id=idempotency_key)
+    except NodeOperationError as refused:  # every answer but success, bad input included
+        answer = http_status(refused, retry_after=1)
+        return JSONResponse(answer.body, answer.status, answer.headers)
+    return JSONResponse({"path": node.path, "request_id": idempotency_key}, status_code=201)
 
 
 async def live(request: Request) -> EventStream:

@@ -39,6 +39,7 @@ from rxmesh.mesh._requests import (
     stepwise,
 )
 from rxmesh.mesh._verbs import Verbs
+from rxmesh.mesh._watch import Watching
 from rxmesh.model import AccessContext, MeshNode, NodeQuery, QueryFrame
 from rxmesh.operations import (
     CreateNodeRequest,
@@ -51,14 +52,7 @@ from rxmesh.operations import (
     NodeResponse,
     UpdateNodeRequest,
 )
-from rxmesh.operators import (
-    DEFAULT_INITIAL_BUDGET,
-    DEFAULT_MAX_CONSECUTIVE_REOPENS,
-    DEFAULT_REOPEN_BACKOFF,
-    DEFAULT_RETRY_DELAYS,
-    fan_in,
-    reopen_on_transient_fault,
-)
+from rxmesh.operators import DEFAULT_INITIAL_BUDGET, DEFAULT_RETRY_DELAYS, fan_in
 from rxmesh.providers import Store
 
 __all__ = ["Mesh", "NodeTypeValidator", "Validator"]
@@ -66,7 +60,7 @@ __all__ = ["Mesh", "NodeTypeValidator", "Validator"]
 R = TypeVar("R", bound=NodeResponse)
 
 
-class Mesh:
+class Mesh(Watching):
     """Node operations over a store, each answering exactly once and honestly.
 
     Args:
@@ -227,26 +221,6 @@ class Mesh:
         """
         self._check_open()
         return self.queries.get(query)
-
-    def watch(
-        self,
-        query: NodeQuery,
-        *,
-        backoff: Sequence[float] = DEFAULT_REOPEN_BACKOFF,
-        max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
-    ) -> Observable[QueryFrame]:
-        """The shared :meth:`live` query, re-opened through the cache after a transient fault
-        (:func:`~rxmesh.operators.reopen_on_transient_fault`, as the census): each re-open starts
-        with a fresh Initial. It ends with a fault that is not transient, or after
-        ``max_consecutive`` re-opens in a row without a frame (``backoff`` seconds between).
-        Serve it with :class:`rxmesh.web.EventStream`."""
-        self._check_open()
-        return reopen_on_transient_fault(
-            lambda: self.live(query),
-            backoff=backoff,
-            max_consecutive=max_consecutive,
-            scheduler=self._core.scheduler,
-        )
 
     # ------------------------------------------------------------------ node operations
 

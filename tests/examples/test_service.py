@@ -156,7 +156,7 @@ async def test_the_example_service_under_uvicorn(service: Service) -> None:
             if response.status_code != 201:
                 break
         assert response.status_code == 503, response.text
-        assert response.json()["reason"] == "UNAVAILABLE"
+        assert response.json()["rejection_reason"] == "UNAVAILABLE"
         assert response.json()["recorded_for_reissue"] is True
         # Liveness does not depend on the store; readiness says the feed is not verified.
         assert await probe(client, "/health/live") == (200, {"process": "Healthy"})
