@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 import time
 from collections import deque
@@ -86,7 +87,8 @@ __all__ = [
     "run",
 ]
 
-FORMAT_HELP = (__doc__ or "").replace("``", "")
+# Plain text for --help: a Sphinx role (:meth:`x`) is printed as its target's name.
+FORMAT_HELP = re.sub(r":\w+:`~?([^`]+)`", r"\1", (__doc__ or "").replace("``", ""))
 
 DEFAULT_IMPORT_WINDOW = 1000
 """Nodes per create_nodes request (and per write transaction)."""

@@ -52,3 +52,40 @@ def test_mkdocs_build_strict_passes(tmp_path: Path) -> None:
     reference = (tmp_path / "site" / "reference" / "index.html").read_text()
     for name in ("retry_transient_connect", "SyncedQueryCache", "PendingWriteLedger", "run_drill"):
         assert name in reference, name
+    # Fails at 1d389e8: 344 Sphinx roles were printed raw, and every model field "required".
+    raw = {
+        str(page.relative_to(tmp_path)): RAW_ROLE.findall(page.read_text())
+        for page in (tmp_path / "site").rglob("*.html")
+    }
+    assert {page: found for page, found in raw.items() if found} == {}
+    assert 'href="#rxmesh.cache.SyncedQueryCache"' in reference  # a role became a link
+    request = section(reference, "rxmesh.operations.CreateNodeRequest")
+    assert "required" not in request
+    assert re.search(r"reissued_after_unavailable.*?bool.*?=.*?False", request, re.S), request
+    assert "content" in section(reference, "rxmesh.model.MeshNode")  # its fields are listed
+
+
+# In the HTML a raw role's backticks have become <code>.
+RAW_ROLE = re.compile(r":(?:class|meth|func|data|attr|exc|mod|obj|const):(?:`|<code>)")
+
+
+def section(page: str, anchor: str) -> str:
+    """The HTML from ``anchor``'s heading to the next heading of its level."""
+    start = page.index(f'id="{anchor}"')
+    level = page[page.rindex("<h", 0, start) : start][:3]  # "<h2"
+    following = page.find(level + " ", start)
+    return page[start : following if following > 0 else None]
+
+
+def test_the_raw_role_check_sees_a_role() -> None:
+    # Negative control of the check above.
+    assert RAW_ROLE.findall("see :class:`~rxmesh.cache.SyncedQueryCache`") == [":class:`"]
+    assert RAW_ROLE.findall("see :meth:<code>rxmesh.Mesh.live</code>") == [":meth:<code>"]
+
+
+def test_import_help_prints_no_raw_role() -> None:
+    """Fails at 1d389e8: `rxmesh import --help` printed ":meth:`rxmesh.Mesh.create_nodes`"."""
+    from rxmesh.importer import FORMAT_HELP
+
+    assert "rxmesh.Mesh.create_nodes" in FORMAT_HELP
+    assert RAW_ROLE.findall(FORMAT_HELP) == []
