@@ -1,0 +1,138 @@
+"""The leases of the shared JetStream journal: a replica says it is alive on a timer, and takes
+over, by compare-and-set, the intents of a replica whose lease lapsed.
+
+A lease lapses when its renewal has not been SEEN for ``lease_ttl`` on this replica's own
+monotonic clock: no two machines' clocks are ever compared. A lease deleted (a replica closed)
+lapses at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from loguru import logger
+from reactivex import Observable, abc
+
+from rxmesh.exceptions import JournalError
+from rxmesh.ledger._jetstream_view import Entry, JetStreamView, key_token
+
+__all__ = ["JetStreamLeases"]
+
+_IN_FLIGHT = 500
+"""Claims awaiting their acks at once."""
+
+
+class JetStreamLeases(JetStreamView):
+    """Lease renewal and take-over of a :class:`~rxmesh.ledger.JetStreamLedger`."""
+
+    # ------------------------------------------------------------------------------- leases
+
+    async def renew_lease(self, *, strict: bool = False) -> None:
+        """Say this replica is alive (the lease timer calls it every third of ``lease_ttl``)."""
+        try:
+            await self._kv.put(f"lease.{self._owner}", str(self._lease_ttl).encode())
+        except Exception as exc:
+            if strict:
+                raise JournalError(
+                    f"cannot write the lease of {self._owner!r} in {self._bucket!r}: {exc}",
+                    path=self._bucket,
+                ) from exc
+            logger.bind(owner=self._owner).warning(
+                "could not renew the lease of replica {} in {}: {}", self._owner, self._bucket, exc
+            )
+
+    def lapsed(self) -> set[str]:
+        """The owners of intents whose lease was not seen renewed within ``lease_ttl``."""
+        now = self._clock()
+        owners = {entry.owner for entry in self._view.values()} - {self._owner}
+        return {
+            owner
+            for owner in owners
+            if now - self._leases.get(owner, self._started) > self._lease_ttl
+        }
+
+    async def claim_lapsed(self) -> int:
+        """Take over every intent of a replica whose lease lapsed; return how many this won.
+
+        Each is rewritten with this replica as owner at the revision seen: of two replicas
+        claiming one entry, exactly one succeeds. Those won are re-issued like this replica's own
+        (announced on :attr:`adopted` if its store answers now).
+        """
+        from nats.js.errors import KeyWrongLastSequenceError
+
+        lapsed = self.lapsed()
+        if not lapsed or self._closed:
+            return 0
+        targets = [entry for entry in list(self._view.values()) if entry.owner in lapsed]
+        gate = asyncio.Semaphore(_IN_FLIGHT)
+        won = 0
+
+        async def claim(entry: Entry) -> None:
+            nonlocal won
+            intent = entry.intent
+            async with gate:
+                try:
+                    revision = await self._kv.update(
+                        f"i.{key_token(intent.key)}", self._value(intent), last=entry.revision
+                    )
+                except KeyWrongLastSequenceError:
+                    return  # another replica claimed it first (or it was settled or replaced)
+                except Exception as exc:  # noqa: BLE001 - the next tick claims it again
+                    logger.bind(path=intent.key).warning(
+                        "could not claim the pending write for {}: {}", intent.key, exc
+                    )
+                    return
+            with self._lock:
+                self._revisions[intent.key] = max(revision, self._revisions.get(intent.key, 0))
+                self._view[intent.key] = Entry(intent, self._owner, revision)
+                self._counts["claimed"] += 1
+                won += 1
+
+        await asyncio.gather(*(claim(entry) for entry in targets))
+        if won:
+            logger.bind(owner=self._owner, lapsed=sorted(lapsed)).warning(
+                "replica {} took over {} pending write(s) of {} (lease lapsed); {}",
+                self._owner,
+                won,
+                ", ".join(sorted(lapsed)),
+                "re-issuing them now: its store answers"
+                if self._answering
+                else "they are re-issued on its store's next evidence",
+            )
+            if self._answering:
+                self._adopted.on_next(won)
+        return won
+
+    async def _renew_forever(self) -> None:
+        # A liveness timer: it says this replica is alive and notices one that is not. It never
+        # asks the store anything.
+        while not self._closed:
+            await asyncio.sleep(self._lease_ttl / 3)
+            await self.renew_lease()
+            try:
+                await self.claim_lapsed()
+            except Exception as exc:  # noqa: BLE001 - logged; the next tick tries again
+                logger.opt(exception=exc).error("claiming lapsed pending writes failed: {}", exc)
+
+    @property
+    def adopted(self) -> Observable[int]:
+        """Hot stream: intents were taken over from a dead replica while this replica's store
+        answers; their re-issue should start now (the count taken over)."""
+        subject = self._adopted
+
+        def subscribe(
+            observer: abc.ObserverBase[int], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            return subject.subscribe(observer, scheduler=scheduler)
+
+        return Observable(subscribe)
+
+    @property
+    def owner(self) -> str:
+        """This replica's name in the bucket."""
+        return self._owner
+
+    @property
+    def bucket(self) -> str:
+        """The KV bucket's name."""
+        return self._bucket
