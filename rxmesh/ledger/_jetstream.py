@@ -148,8 +148,18 @@ class JetStreamLedger(JetStreamLeases):
         return ledger
 
     async def _start(self, renew: bool) -> None:
+        # A bucket just created elects its stream's leader first: its first write may find no
+        # one to answer yet. Bounded: a journal that never answers is an error.
+        deadline = asyncio.get_running_loop().time() + max(10.0, self._timeout * 5)
+        while True:
+            try:
+                await self.renew_lease(strict=True)
+                break
+            except JournalError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
         try:
-            await self.renew_lease(strict=True)
             self._watcher = await self._kv.watch(">")
         except JournalError:
             raise

@@ -9,6 +9,7 @@ lapses at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from loguru import logger
 from reactivex import Observable, abc
@@ -48,8 +49,29 @@ class JetStreamLeases(JetStreamView):
         return {
             owner
             for owner in owners
-            if now - self._leases.get(owner, self._started) > self._lease_ttl
+            if now - self._leases.get(owner, (0, self._started))[1] > self._lease_ttl
         }
+
+    async def _still_lapsed(self, owner: str) -> bool:
+        """Read the lease itself before taking anything over: a watch that fell behind (its
+        server died, this loop was slow) must not make a live replica look dead."""
+        from nats.js.errors import KeyDeletedError, KeyNotFoundError
+
+        try:
+            entry = await self._kv.get(f"lease.{owner}")
+        except KeyDeletedError as exc:
+            self._saw_lease(owner, exc.entry.revision or 0, True)
+            return True
+        except KeyNotFoundError:
+            return True
+        except Exception as exc:  # noqa: BLE001 - cannot tell: take nothing over this time
+            logger.bind(owner=owner).warning("could not read the lease of {}: {}", owner, exc)
+            return False
+        known = self._leases.get(owner)
+        if known is None or entry.revision > known[0]:
+            self._saw_lease(owner, entry.revision, False)
+            return False
+        return True
 
     async def claim_lapsed(self) -> int:
         """Take over every intent of a replica whose lease lapsed; return how many this won.
@@ -60,7 +82,7 @@ class JetStreamLeases(JetStreamView):
         """
         from nats.js.errors import KeyWrongLastSequenceError
 
-        lapsed = self.lapsed()
+        lapsed = {owner for owner in self.lapsed() if await self._still_lapsed(owner)}
         if not lapsed or self._closed:
             return 0
         targets = [entry for entry in list(self._view.values()) if entry.owner in lapsed]
@@ -76,7 +98,11 @@ class JetStreamLeases(JetStreamView):
                         f"i.{key_token(intent.key)}", self._value(intent), last=entry.revision
                     )
                 except KeyWrongLastSequenceError:
-                    return  # another replica claimed it first (or it was settled or replaced)
+                    # Another replica claimed it first (or it was settled or replaced): see
+                    # what it is now, so the next tick does not try again.
+                    with contextlib.suppress(JournalError):  # unread: the next tick tries
+                        await self._refresh(intent.key)
+                    return
                 except Exception as exc:  # noqa: BLE001 - the next tick claims it again
                     logger.bind(path=intent.key).warning(
                         "could not claim the pending write for {}: {}", intent.key, exc

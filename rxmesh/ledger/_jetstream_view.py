@@ -88,7 +88,8 @@ class JetStreamView(PendingWriteLedger):
         self._revisions: dict[str, int] = {}  # intent key -> newest revision seen (puts, deletes)
         self._taken: dict[tuple[str, str], Entry] = {}
         self._recording: dict[str, asyncio.Lock] = {}
-        self._leases: dict[str, float] = {}  # owner -> when its lease was last seen renewed
+        # owner -> (its lease's newest revision seen, when this replica first saw it)
+        self._leases: dict[str, tuple[int, float]] = {}
         self._started = clock()
         self._answering = False  # this replica's store answered since its last UNAVAILABLE
         self._adopted: Subject[int] = Subject()
@@ -124,7 +125,7 @@ class JetStreamView(PendingWriteLedger):
         deleted = entry.operation in ("DEL", "PURGE")
         if key.startswith("lease."):
             owner = key[len("lease.") :]
-            self._leases[owner] = -math.inf if deleted else self._clock()
+            self._saw_lease(owner, entry.revision, deleted)
             return
         if not key.startswith("i."):
             return  # quarantined copies, or something that is not ours to read
@@ -166,6 +167,11 @@ class JetStreamView(PendingWriteLedger):
                 return  # its re-issue settles it; the newer intent is the recorder's
             outcome = superseded(self._counts, old.intent, new.intent, "before it was re-issued")
         self._publish(outcome)
+
+    def _saw_lease(self, owner: str, revision: int, deleted: bool) -> None:
+        known = self._leases.get(owner)
+        if known is None or revision > known[0]:
+            self._leases[owner] = (revision, -math.inf if deleted else self._clock())
 
     def _decode(self, value: bytes | None, path: str, revision: int) -> Entry:
         try:

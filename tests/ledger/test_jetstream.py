@@ -238,3 +238,22 @@ async def test_adopted_announced_only_when_the_store_answers(
     assert await d.claim_lapsed() == 1
     assert announced_d == [1]
     assert d.pending()[0].request_id == "r2"
+
+
+async def test_a_stale_watch_never_makes_a_live_owner_lapse(
+    open_ledger: Callable[..., Any],
+) -> None:
+    """The lease is read before anything is taken over: a watcher that fell behind (here:
+    stopped) sees no renewal, but the lease's revision moved, so nothing is claimed. Negative
+    control: without that renewal, the same claim takes the intent over."""
+    a: JetStreamLedger = await open_ledger("a")
+    await a.record_durably(intent("t/live", "r1"))
+    clock = Clock()
+    b: JetStreamLedger = await open_ledger("b", clock)
+    await b._watcher.stop()  # b's watch falls behind
+    await a.renew_lease()
+    clock.now += 6
+    assert b.lapsed() == {"a"}  # as far as b's watch knows
+    assert await b.claim_lapsed() == 0
+    clock.now += 6  # no renewal since the one b read
+    assert await b.claim_lapsed() == 1
