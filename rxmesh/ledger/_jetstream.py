@@ -287,9 +287,24 @@ class JetStreamLedger(JetStreamLeases):
     # ---------------------------------------------------------------------------- re-issuing
 
     def take_all(self) -> list[PendingWrite]:
-        """Take every intent this replica owns out for re-issue (oldest first)."""
+        """Take every intent this replica owns out for re-issue (oldest first).
+
+        Nothing while this replica's lease was not renewed within half ``lease_ttl``: another
+        replica may be about to take its intents over, and one intent is never re-issued by
+        two. They are taken (announced on :attr:`adopted`) once a renewal succeeds, unless
+        another replica took them first.
+        """
         with self._lock:
             self._answering = True  # called on the store's evidence
+            renewed = self._renewed_at
+            if renewed is None or self._clock() - renewed > self._lease_ttl / 2:
+                self._deferred = True
+                logger.bind(owner=self._owner).warning(
+                    "replica {} did not renew its lease lately; its pending writes are "
+                    "re-issued once it does (or by the replica that takes them over)",
+                    self._owner,
+                )
+                return []
             entries = sorted(self._mine(), key=lambda entry: entry.intent.recorded_at)
             for entry in entries:
                 self._taken[(entry.intent.key, entry.intent.request_id)] = entry

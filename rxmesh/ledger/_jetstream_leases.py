@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 
 from loguru import logger
 from reactivex import Observable, abc
@@ -30,9 +31,11 @@ class JetStreamLeases(JetStreamView):
 
     async def renew_lease(self, *, strict: bool = False) -> None:
         """Say this replica is alive (the lease timer calls it every third of ``lease_ttl``)."""
+        sent = self._clock()
         try:
             await self._kv.put(f"lease.{self._owner}", str(self._lease_ttl).encode())
         except Exception as exc:
+            self._writable_since = None
             if strict:
                 raise JournalError(
                     f"cannot write the lease of {self._owner!r} in {self._bucket!r}: {exc}",
@@ -41,16 +44,32 @@ class JetStreamLeases(JetStreamView):
             logger.bind(owner=self._owner).warning(
                 "could not renew the lease of replica {} in {}: {}", self._owner, self._bucket, exc
             )
+            return
+        if self._writable_since is None:
+            self._writable_since = sent
+        self._renewed_at = sent
+        if self._deferred and self._answering:
+            self._deferred = False
+            self._adopted.on_next(0)  # the take refused for a stale lease can happen now
 
     def lapsed(self) -> set[str]:
-        """The owners of intents whose lease was not seen renewed within ``lease_ttl``."""
+        """The owners of intents whose lease was not seen renewed within ``lease_ttl`` of the
+        journal being writable.
+
+        While the journal takes no writes (no quorum, a leader being elected) nobody can renew,
+        so nobody lapses: the time counts from when this replica's own lease writes succeed
+        again, and every live replica renews within a third of ``lease_ttl`` of that.
+        """
+        if self._writable_since is None:
+            return set()
         now = self._clock()
         owners = {entry.owner for entry in self._view.values()} - {self._owner}
-        return {
-            owner
-            for owner in owners
-            if now - self._leases.get(owner, (0, self._started))[1] > self._lease_ttl
-        }
+        lapsed = set()
+        for owner in owners:
+            seen = self._leases.get(owner, (0, self._started))[1]
+            if seen == -math.inf or now - max(seen, self._writable_since) > self._lease_ttl:
+                lapsed.add(owner)  # released (deleted) leases lapse at once
+        return lapsed
 
     async def _still_lapsed(self, owner: str) -> bool:
         """Read the lease itself before taking anything over: a watch that fell behind (its

@@ -92,6 +92,11 @@ class JetStreamView(PendingWriteLedger):
         self._leases: dict[str, tuple[int, float]] = {}
         self._started = clock()
         self._answering = False  # this replica's store answered since its last UNAVAILABLE
+        # When this replica's lease writes started succeeding again (None: the last one failed),
+        # and when the last one that succeeded was sent.
+        self._writable_since: float | None = None
+        self._renewed_at: float | None = None
+        self._deferred = False  # a take was refused for a stale lease: announce once renewed
         self._adopted: Subject[int] = Subject()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watcher: Any = None

@@ -130,6 +130,8 @@ async def test_two_claimers_race_exactly_one_wins_each(open_ledger: Callable[...
     assert won_b + won_c == 60
     await until(lambda: all(o in {"b", "c"} for _, o in b.shared().values()))
     await until(lambda: all(o in {"b", "c"} for _, o in c.shared().values()))
+    await b.renew_lease()
+    await c.renew_lease()
     taken_b, taken_c = b.take_all(), c.take_all()
     assert len(taken_b) == won_b and len(taken_c) == won_c
     assert {i.request_id for i in taken_b}.isdisjoint({i.request_id for i in taken_c})
@@ -225,6 +227,7 @@ async def test_adopted_announced_only_when_the_store_answers(
     clock.now += 6
     assert await b.claim_lapsed() == 1
     assert announced == []
+    await b.renew_lease()
     assert {i.request_id for i in b.take_all()} == {"ro", "r1"}  # on b's next evidence
 
     c: JetStreamLedger = await open_ledger("c", clock)
@@ -257,3 +260,20 @@ async def test_a_stale_watch_never_makes_a_live_owner_lapse(
     assert await b.claim_lapsed() == 0
     clock.now += 6  # no renewal since the one b read
     assert await b.claim_lapsed() == 1
+
+
+async def test_no_take_while_the_own_lease_is_stale(open_ledger: Callable[..., Any]) -> None:
+    """A replica that has not renewed its lease lately takes nothing for re-issue (another may
+    be taking its intents over); the first renewal announces the deferred take. Negative
+    control: with a fresh lease the same take hands the intent out at once."""
+    clock = Clock()
+    a: JetStreamLedger = await open_ledger("a", clock)
+    announced: list[int] = []
+    a.adopted.subscribe(announced.append)
+    await a.record_durably(intent("t/mine", "r1"))
+    clock.now += 3  # more than half the 5 s lease since the last renewal
+    assert a.take_all() == []
+    assert announced == []
+    await a.renew_lease()
+    assert announced == [0]
+    assert [i.request_id for i in a.take_all()] == ["r1"]  # fresh: taken at once
