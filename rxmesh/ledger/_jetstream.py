@@ -30,7 +30,7 @@ from loguru import logger
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
 from rxmesh.ledger._core import RecordResult
 from rxmesh.ledger._jetstream_leases import JetStreamLeases
-from rxmesh.ledger._jetstream_view import OWNER_PATTERN, default_owner, key_token
+from rxmesh.ledger._jetstream_view import OWNER_PATTERN, Entry, default_owner, key_token
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
 from rxmesh.ledger._publish import superseded
 
@@ -225,13 +225,6 @@ class JetStreamLedger(JetStreamLeases):
             path=self._bucket,
         )
 
-    def _unreachable(self, intent: PendingWrite, exc: BaseException) -> JournalError:
-        return JournalError(
-            f"JetStream did not acknowledge the pending write for {intent.key!r} "
-            f"({type(exc).__name__}: {exc}); it is NOT recorded",
-            path=self._bucket,
-        )
-
     async def record_durably(self, intent: PendingWrite) -> bool:
         """Record ``intent`` once JetStream acknowledged it (see :class:`PendingWriteLedger`).
 
@@ -361,34 +354,59 @@ class JetStreamLedger(JetStreamLeases):
                         "outstanding here; it was settled already, or another replica owns it"
                     )
                 entry = current
-            if current is not None and current.intent.request_id == intent.request_id:
-                del self._view[key]
-                revision = current.revision
+            if current is not None and current.intent.request_id != intent.request_id:
+                # Replaced by the same requester while re-issued: its newer entry stays, and
+                # this verdict is the replaced intent's own.
+                self._counts[outcome.verdict] += 1
+                replaced = True
             else:
-                revision = 0  # replaced meanwhile: the newer intent's entry stays
-            self._counts[outcome.verdict] += 1
-        if revision:
-            self._delete_later(key, revision)
-        self._publish(outcome)
+                self._drop(key)
+                replaced = False
+        if replaced:
+            self._publish(outcome)
+        else:
+            self._spawn(self._delete_then_publish(entry, outcome), f"settling {key}")
         return True
 
-    def _delete_later(self, key: str, revision: int) -> None:
-        async def delete() -> None:
-            from nats.js.errors import KeyWrongLastSequenceError
+    async def _delete_then_publish(self, entry: Entry, outcome: PendingWriteOutcome) -> None:
+        """Delete the entry at the revision this replica owns it at; publish the verdict only if
+        that delete won. A replica that took the intent over meanwhile changed the revision:
+        its delete wins and its verdict is the one published, so each intent gets one."""
+        from nats.js.errors import KeyWrongLastSequenceError
 
+        intent = entry.intent
+        key = intent.key
+        try:
+            await self._kv.delete(f"i.{key_token(key)}", last=entry.revision)
+        except KeyWrongLastSequenceError:
             try:
-                await self._kv.delete(f"i.{key_token(key)}", last=revision)
-            except KeyWrongLastSequenceError:
-                return  # replaced meanwhile: the newer intent stays
-            except Exception as exc:  # noqa: BLE001 - logged: re-issued again later
-                logger.bind(path=key).error(
-                    "pending write for {} settled but its JetStream entry could not be "
-                    "deleted ({}); a replica that restarts or takes it over re-issues it again",
+                await self._refresh(key)
+            except JournalError as exc:
+                logger.bind(path=key).warning("could not re-read {}: {}", key, exc)
+            current = self._view.get(key)
+            if current is None or current.intent.request_id == intent.request_id:
+                logger.bind(path=key, owner=None if current is None else current.owner).warning(
+                    "pending write for {} was taken over by another replica while this one "
+                    "re-issued it; that replica publishes its verdict",
                     key,
-                    exc,
                 )
-
-        self._spawn(delete(), f"deleting {key}")
+                return
+        except Exception as exc:  # noqa: BLE001 - told, and the intent stays this replica's
+            with self._lock:
+                if key not in self._view:
+                    self._put(key, entry)  # pending again: re-issued on the next evidence
+            logger.bind(path=key).error(
+                "pending write for {} was re-issued ({}) but its JetStream entry could not be "
+                "deleted ({}); it stays pending and is re-issued again (its request id makes "
+                "that idempotent) before its verdict is published",
+                key,
+                outcome.verdict.value,
+                exc,
+            )
+            return
+        with self._lock:
+            self._counts[outcome.verdict] += 1
+        self._publish(outcome)
 
     # ------------------------------------------------------------------------------ closing
 

@@ -129,7 +129,7 @@ class JetStreamLeases(JetStreamView):
                     return
             with self._lock:
                 self._revisions[intent.key] = max(revision, self._revisions.get(intent.key, 0))
-                self._view[intent.key] = Entry(intent, self._owner, revision)
+                self._put(intent.key, Entry(intent, self._owner, revision))
                 self._counts["claimed"] += 1
                 won += 1
 

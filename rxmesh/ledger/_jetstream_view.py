@@ -85,6 +85,7 @@ class JetStreamView(PendingWriteLedger):
         self._owns_client = owns_client
         self._loop = asyncio.get_running_loop()
         self._view: dict[str, Entry] = {}  # intent key -> its entry, as last seen
+        self._owned: dict[str, Entry] = {}  # the entries of _view this replica owns
         self._revisions: dict[str, int] = {}  # intent key -> newest revision seen (puts, deletes)
         self._taken: dict[tuple[str, str], Entry] = {}
         self._recording: dict[str, asyncio.Lock] = {}
@@ -146,16 +147,16 @@ class JetStreamView(PendingWriteLedger):
         self._revisions[path] = entry.revision
         old = self._view.get(path)
         if deleted:
-            self._view.pop(path, None)
+            self._drop(path)
             return
         try:
             new = self._decode(entry.value, path, entry.revision)
         except ValueError as exc:
-            self._view.pop(path, None)
+            self._drop(path)
             self._quarantine(key, entry.value, entry.revision, str(exc))
             return
         with self._lock:
-            self._view[path] = new
+            self._put(path, new)
             if old is None or old.owner != self._owner or new.owner == self._owner:
                 return
             taken = (old.intent.key, old.intent.request_id) in self._taken
@@ -232,12 +233,19 @@ class JetStreamView(PendingWriteLedger):
             holder_request_id=holder.request_id,
         )
 
+    def _unreachable(self, intent: PendingWrite, exc: BaseException) -> JournalError:
+        return JournalError(
+            f"JetStream did not acknowledge the pending write for {intent.key!r} "
+            f"({type(exc).__name__}: {exc}); it is NOT recorded",
+            path=self._bucket,
+        )
+
     def _wrote(self, intent: PendingWrite, replaced: Entry | None, revision: int) -> None:
         outcome: PendingWriteOutcome | None = None
         with self._lock:
             key = intent.key
             self._revisions[key] = max(revision, self._revisions.get(key, 0))
-            self._view[key] = Entry(intent, self._owner, revision)
+            self._put(key, Entry(intent, self._owner, revision))
             count_recorded(self._counts, intent)
             if replaced is not None:
                 self._counts["replaced"] += 1
@@ -259,7 +267,7 @@ class JetStreamView(PendingWriteLedger):
             entry = await self._kv.get(f"i.{key_token(key)}")
         except KeyDeletedError as exc:
             self._revisions[key] = max(self._revisions.get(key, 0), exc.entry.revision or 0)
-            self._view.pop(key, None)
+            self._drop(key)
             return
         except KeyNotFoundError:
             return
@@ -270,12 +278,23 @@ class JetStreamView(PendingWriteLedger):
             ) from exc
         self._see(entry)
 
+    def _put(self, key: str, entry: Entry) -> None:
+        self._view[key] = entry
+        if entry.owner == self._owner:
+            self._owned[key] = entry
+        else:
+            self._owned.pop(key, None)
+
+    def _drop(self, key: str) -> None:
+        self._view.pop(key, None)
+        self._owned.pop(key, None)
+
     def _mine(self) -> list[Entry]:
+        # Taken on every piece of evidence (each commit announced): only this replica's own.
         return [
             entry
-            for entry in self._view.values()
-            if entry.owner == self._owner
-            and (entry.intent.key, entry.intent.request_id) not in self._taken
+            for entry in self._owned.values()
+            if (entry.intent.key, entry.intent.request_id) not in self._taken
         ]
 
     def _spawn(self, coroutine: Any, what: str) -> None:

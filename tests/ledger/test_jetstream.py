@@ -277,3 +277,35 @@ async def test_no_take_while_the_own_lease_is_stale(open_ledger: Callable[..., A
     await a.renew_lease()
     assert announced == [0]
     assert [i.request_id for i in a.take_all()] == ["r1"]  # fresh: taken at once
+
+
+async def test_a_verdict_only_where_the_settling_delete_won(
+    open_ledger: Callable[..., Any],
+) -> None:
+    """An owner whose lease lapsed while it re-issued an intent, and the replica that took the
+    intent over, both settle it: only the delete at the current revision succeeds, and only
+    that replica publishes a verdict. Negative control: nobody took it over, the owner's own
+    settle publishes."""
+    a: JetStreamLedger = await open_ledger("a")
+    on_a: list[PendingWriteOutcome] = []
+    a.outcomes.subscribe(on_a.append)
+    await a.record_durably(intent("t/one", "r1"))
+    await a.record_durably(intent("t/two", "r2"))
+    first, second = a.take_all()
+    clock = Clock()
+    b: JetStreamLedger = await open_ledger("b", clock)
+    on_b: list[PendingWriteOutcome] = []
+    b.outcomes.subscribe(on_b.append)
+
+    a.settle(second, PendingWriteOutcome(intent=second, verdict=Verdict.LANDED))
+    await until(lambda: len(on_a) == 1)  # the control: a's delete won, a's verdict
+    clock.now += 6  # a renews no more (renew=False): lapsed as far as b can tell
+    assert await b.claim_lapsed() == 1
+    a.settle(first, PendingWriteOutcome(intent=first, verdict=Verdict.LANDED))
+    await b.renew_lease()
+    (taken,) = b.take_all()
+    b.settle(taken, PendingWriteOutcome(intent=taken, verdict=Verdict.LANDED))
+    await until(lambda: len(on_b) == 1)
+    await until(lambda: "t/one" not in a.shared())
+    assert [o.intent.request_id for o in on_a] == ["r2"]
+    assert [o.intent.request_id for o in on_b] == ["r1"]
