@@ -301,6 +301,7 @@ class JetStreamLedger(JetStreamLeases):
             entries = sorted(self._mine(), key=lambda entry: entry.intent.recorded_at)
             for entry in entries:
                 self._taken[(entry.intent.key, entry.intent.request_id)] = entry
+                del self._owned[entry.intent.key]
             self._counts["taken"] += len(entries)
         return [entry.intent for entry in entries]
 
@@ -313,7 +314,10 @@ class JetStreamLedger(JetStreamLeases):
                 return False
             current = self._view.get(intent.key)
             if current is not None and current.intent.request_id == intent.request_id:
-                return current.owner == self._owner
+                if current.owner != self._owner:
+                    return False
+                self._owned[intent.key] = current
+                return True
             if current is None or current.intent.requester != intent.requester:
                 return False
             outcome = superseded(

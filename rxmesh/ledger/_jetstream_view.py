@@ -85,7 +85,7 @@ class JetStreamView(PendingWriteLedger):
         self._owns_client = owns_client
         self._loop = asyncio.get_running_loop()
         self._view: dict[str, Entry] = {}  # intent key -> its entry, as last seen
-        self._owned: dict[str, Entry] = {}  # the entries of _view this replica owns
+        self._owned: dict[str, Entry] = {}  # the entries this replica owns and has not taken
         self._revisions: dict[str, int] = {}  # intent key -> newest revision seen (puts, deletes)
         self._taken: dict[tuple[str, str], Entry] = {}
         self._recording: dict[str, asyncio.Lock] = {}
@@ -280,7 +280,7 @@ class JetStreamView(PendingWriteLedger):
 
     def _put(self, key: str, entry: Entry) -> None:
         self._view[key] = entry
-        if entry.owner == self._owner:
+        if entry.owner == self._owner and (key, entry.intent.request_id) not in self._taken:
             self._owned[key] = entry
         else:
             self._owned.pop(key, None)
@@ -290,12 +290,8 @@ class JetStreamView(PendingWriteLedger):
         self._owned.pop(key, None)
 
     def _mine(self) -> list[Entry]:
-        # Taken on every piece of evidence (each commit announced): only this replica's own.
-        return [
-            entry
-            for entry in self._owned.values()
-            if (entry.intent.key, entry.intent.request_id) not in self._taken
-        ]
+        # Asked on every piece of evidence (each commit announced): an index, not a scan.
+        return list(self._owned.values())
 
     def _spawn(self, coroutine: Any, what: str) -> None:
         def start() -> None:

@@ -309,3 +309,18 @@ async def test_a_verdict_only_where_the_settling_delete_won(
     await until(lambda: "t/one" not in a.shared())
     assert [o.intent.request_id for o in on_a] == ["r2"]
     assert [o.intent.request_id for o in on_b] == ["r1"]
+
+
+async def test_restore_puts_a_taken_intent_back(open_ledger: Callable[..., Any]) -> None:
+    """An abandoned re-issue (the recovery disposed) puts its intent back: pending, taken again
+    on the next evidence, settled once."""
+    a: JetStreamLedger = await open_ledger("a")
+    await a.record_durably(intent("t/r", "r1"))
+    (taken,) = a.take_all()
+    assert a.pending() == () and a.take_all() == []
+    assert a.restore(taken) is True
+    assert a.pending() == (taken,)
+    assert a.restore(taken) is False  # not taken any more
+    (again,) = a.take_all()
+    assert a.settle_if_outstanding(again, PendingWriteOutcome(intent=again, verdict=Verdict.LANDED))
+    assert a.pending() == () and a.in_flight() == ()
