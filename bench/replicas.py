@@ -111,14 +111,18 @@ async def run(kind: str, intents: int, in_flight: int, urls: list[str]) -> list[
     if kind != "directory":
         expected += len(recorded["a"])
     done = asyncio.Event()
+    dead_last = 0.0
 
-    def count(_: PendingWriteOutcome) -> None:
+    def count(outcome: PendingWriteOutcome | None) -> None:
+        nonlocal dead_last
+        if outcome is not None and outcome.intent.request_id in recorded["a"]:
+            dead_last = time.perf_counter() - evidence
         if len(verdicts["b"]) + len(verdicts["c"]) >= expected:
             done.set()
 
     for name in ("b", "c"):
         by_name[name].outcomes.subscribe(count)
-    count(None)  # type: ignore[arg-type]
+    count(None)
     async with asyncio.timeout(300):
         await done.wait()
     last = time.perf_counter() - evidence
@@ -133,6 +137,7 @@ async def run(kind: str, intents: int, in_flight: int, urls: list[str]) -> list[
             "dead_replica_settled": len(settled & recorded["a"]),
             "settled": len(settled),
             "evidence_to_last_verdict_s": round(last, 3),
+            "evidence_to_dead_replicas_last_verdict_s": round(dead_last, 3),
             "reissued_per_s": round(len(settled) / last),
         }
     )
