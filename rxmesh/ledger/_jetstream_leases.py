@@ -181,3 +181,40 @@ class JetStreamLeases(JetStreamView):
     def bucket(self) -> str:
         """The KV bucket's name."""
         return self._bucket
+
+    # ------------------------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        """Stop recording; the rest of the shutdown is :meth:`aclose` (scheduled if not awaited)."""
+        self._closed = True
+        if not self._loop.is_closed():
+            self._spawn(self.aclose(), "closing the JetStream ledger")
+
+    async def aclose(self, *, release: bool = True) -> None:
+        """Stop the lease timer and the watch, let settled entries' deletes finish, and
+        (``release``) delete this replica's lease so others take over its intents at once.
+        Intents it still owns stay in the bucket. Idempotent."""
+        self._closed = True
+        if self._renewing is not None:
+            self._renewing.cancel()
+        pending = [task for task in self._tasks if task is not asyncio.current_task()]
+        if pending:
+            await asyncio.wait(pending, timeout=self._timeout)
+        if self._watcher is not None:
+            watcher, self._watcher = self._watcher, None
+            try:
+                await watcher.stop()
+            except Exception as exc:  # noqa: BLE001 - closing: nothing depends on it
+                logger.debug("stopping the JetStream watch failed: {}", exc)
+        if self._watching is not None:
+            self._watching.cancel()
+        if release and not getattr(self._client, "is_closed", True):
+            try:
+                await self._kv.delete(f"lease.{self._owner}")
+            except Exception as exc:  # noqa: BLE001 - the lease lapses by itself
+                logger.debug("releasing the lease of {} failed: {}", self._owner, exc)
+        if self._owns_client and not getattr(self._client, "is_closed", True):
+            try:
+                await self._client.close()
+            except Exception as exc:  # noqa: BLE001 - the server went away: closed all the same
+                logger.debug("closing the NATS connection of {} failed: {}", self._owner, exc)
