@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from rxmesh.ledger._bound import DEFAULT_DURABLE_TIMEOUT
 from rxmesh.ledger._inspect import read_journal
+from rxmesh.ledger._jetstream import JetStreamLedger
 from rxmesh.ledger._journal import JournalError
 from rxmesh.ledger._ledger import (
     JOURNAL_DIR_ENV,
@@ -39,6 +40,7 @@ __all__ = [
     "JOURNAL_DIR_ENV",
     "Answer",
     "EvidenceSource",
+    "JetStreamLedger",
     "JournalError",
     "LedgerStatistics",
     "PendingWrite",

@@ -9,9 +9,10 @@ from typing import Protocol
 
 from loguru import logger
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
+from reactivex.disposable import CompositeDisposable, Disposable
 
 from rxmesh.exceptions import MeshDisposedError
+from rxmesh.ledger._jetstream import JetStreamLedger
 from rxmesh.ledger._journal import JournalError
 from rxmesh.ledger._ledger import PendingWriteLedger
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
@@ -138,9 +139,13 @@ class PendingWriteRecovery:
                 return self
             self._started = True
         settlements = self._ledger.outcomes.subscribe(self._on_settled)
-        subscription = self._mesh.store.answers_again.subscribe(
+        subscription: abc.DisposableBase = self._mesh.store.answers_again.subscribe(
             on_next=self._on_evidence, on_error=self._on_evidence_error
         )
+        if isinstance(self._ledger, JetStreamLedger):  # intents taken over from a dead replica
+            subscription = CompositeDisposable(
+                subscription, self._ledger.adopted.subscribe(self._on_adopted)
+            )
         with self._lock:
             if self._disposed:
                 subscription.dispose()
@@ -196,6 +201,21 @@ class PendingWriteRecovery:
                 evidence.source,
                 type(evidence).__name__,
                 len(intents),
+            )
+            self._pump()
+
+    def _on_adopted(self, count: int) -> None:
+        """A shared journal took over a dead replica's intents while this replica's store
+        answers: that is the current evidence, so they are re-issued now, not on a commit that
+        may never come."""
+        with self._lock:
+            if self._disposed:
+                return
+            intents = self._ledger.take_all()
+            self._queue.extend(intents)
+        if intents:
+            logger.info(
+                "re-issuing {} pending write(s) taken over from a dead replica", len(intents)
             )
             self._pump()
 

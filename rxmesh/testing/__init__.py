@@ -8,7 +8,8 @@ every operation it met. The error factories build the exact chains real provider
 Real infrastructure for integration tests: :class:`FaultProxy` (a loopback TCP proxy that resets,
 stalls or refuses), :class:`TemporaryPostgresCluster` (a throwaway server to stop or restart) and
 :class:`TemporaryPgBouncer` (a throwaway transaction-pooling PgBouncer, to test code that runs
-behind a pooler as most production PostgreSQL does).
+behind a pooler as most production PostgreSQL does) and :class:`TemporaryNatsCluster` (clustered
+``nats-server -js`` processes, to kill one of).
 
 Cut/restore backends, the ways ``rxmesh drill`` cuts its store and brings it back, reusable in your
 own outage tests: :class:`OutageBackend` (the protocol), :class:`InMemoryOutage` (the embedded
@@ -35,6 +36,7 @@ from rxmesh.testing._fault_store import (
     connection_reset_error,
     unreachable_error,
 )
+from rxmesh.testing._nats import TemporaryNatsCluster
 from rxmesh.testing._outage import (
     InMemoryOutage,
     OutageBackend,
@@ -56,6 +58,7 @@ __all__ = [
     "OutageBackend",
     "PostgresProxyOutage",
     "ServerStopOutage",
+    "TemporaryNatsCluster",
     "TemporaryPgBouncer",
     "TemporaryPostgresCluster",
     "connect_timeout_error",

@@ -1,0 +1,423 @@
+"""A pending-write journal the replicas of one deployment share, on a NATS JetStream KV bucket.
+
+One KV entry per intent key (``i.<base64url of PendingWrite.key>``) holding the intent and its
+OWNER, the replica that re-issues it; one lease entry per live replica (``lease.<owner>``),
+renewed on a timer. Every replica watches the whole bucket, so every replica sees every intent.
+The rules, all by compare-and-set on the entry's revision (JetStream's expected-last-sequence):
+
+- recording creates the entry (or replaces the same requester's, at the revision it saw): the
+  publish ack, after the stream's replicas stored it, is the durable step. No ack, no record;
+- an owner whose lease has not been renewed for ``lease_ttl`` (as seen on the watcher's own
+  clock, so no two clocks are compared) is dead: a replica rewrites each of its entries with
+  itself as owner at the revision it saw; only one such rewrite can succeed per entry;
+- settling deletes the entry at the revision its owner wrote, so a re-issue whose entry was
+  replaced meanwhile never deletes the newer intent.
+
+An entry that cannot be decoded, or whose intent does not belong under its key, is copied under
+``q.`` and removed: never re-issued. ``nats-py`` (the ``rxmesh[nats]`` extra) is imported only
+when a ledger connects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from loguru import logger
+
+from rxmesh.exceptions import JournalError, PendingWriteHeldError
+from rxmesh.ledger._core import RecordResult
+from rxmesh.ledger._jetstream_leases import JetStreamLeases
+from rxmesh.ledger._jetstream_view import OWNER_PATTERN, Entry, default_owner, key_token
+from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
+from rxmesh.ledger._publish import superseded
+
+__all__ = ["DEFAULT_BUCKET", "JetStreamLedger"]
+
+DEFAULT_BUCKET = "rxmesh_pending_writes"
+_IN_FLIGHT = 500
+"""Publishes a bulk keeps awaiting at once: enough to pipeline, few enough that one bulk never
+fills the client's pending buffer."""
+
+
+class JetStreamLedger(JetStreamLeases):
+    """A :class:`PendingWriteLedger` whose journal is a JetStream KV bucket the replicas share.
+
+    Create it with :meth:`connect` (on the event loop the mesh runs on) and pass it as the mesh's
+    ``ledger``; close it with :meth:`aclose`. It keeps the journal's rules — recorded only once
+    JetStream acknowledged it, one intent per key (the same requester replaces, another is
+    refused with :class:`PendingWriteHeldError`), hostile entries quarantined — and adds owners:
+    a replica re-issues only the intents it owns, and takes over those of a replica whose lease
+    lapsed (compare-and-set: exactly one replica wins each). When JetStream cannot be reached, a
+    record raises :class:`JournalError`: the answer says the intent was NOT recorded.
+
+    Intents taken over are re-issued at once if this replica's store has answered since it last
+    answered UNAVAILABLE (it re-issued on evidence and recorded nothing since), else on its next
+    evidence, like its own: they are announced on :attr:`adopted`, which the
+    :class:`PendingWriteRecovery` follows.
+
+    A caller's own re-issue of a recorded request settles the intent only on the replica that
+    owns it; on another replica the owner's re-issue finds the row by its request id (LANDED).
+    """
+
+    # ------------------------------------------------------------------------ construction
+
+    @classmethod
+    async def connect(
+        cls,
+        servers: str | list[str] = "nats://127.0.0.1:4222",
+        *,
+        bucket: str = DEFAULT_BUCKET,
+        replicas: int = 3,
+        owner: str | None = None,
+        lease_ttl: float = 15.0,
+        timeout: float = 2.0,
+        client: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        renew: bool = True,
+    ) -> JetStreamLedger:
+        """Connect, create the bucket if missing (``replicas`` copies), load every intent.
+
+        Args:
+            servers: the NATS servers (ignored when ``client`` is given).
+            bucket: the KV bucket all replicas of one deployment share.
+            replicas: the bucket's replication factor when this call creates it (3 keeps every
+                acknowledged intent through the loss of one server of three).
+            owner: this replica's name, ``[A-Za-z0-9_-]{1,64}``, unique among live replicas
+                (default: host, pid and a random suffix). A restarted replica may reuse its
+                name to keep its intents.
+            lease_ttl: seconds without a lease renewal after which a replica counts as dead.
+            timeout: how long a record waits for JetStream's ack before it counts as NOT
+                recorded.
+            client: a connected ``nats.aio.client.Client`` to use (the caller closes it).
+            clock: a monotonic clock in seconds (leases are judged on it).
+            renew: run the lease timer (renew, then take over lapsed leases every third of
+                ``lease_ttl``); ``False`` leaves both to :meth:`renew_lease` and
+                :meth:`claim_lapsed`.
+
+        Raises:
+            ValueError: an invalid ``owner``, ``replicas`` or ``lease_ttl``.
+            JournalError: JetStream cannot be reached or the bucket cannot be used.
+        """
+        owner = owner if owner is not None else default_owner()
+        if not OWNER_PATTERN.fullmatch(owner):
+            raise ValueError(f"invalid owner {owner!r}: expected [A-Za-z0-9_-]{{1,64}}")
+        if replicas < 1 or lease_ttl <= 0 or timeout <= 0:
+            raise ValueError("replicas must be >= 1, lease_ttl and timeout > 0")
+        import nats
+        from nats.js.errors import BucketNotFoundError
+
+        owns = client is None
+        where = f"{servers!r} bucket {bucket!r}"
+        try:
+            if client is None:
+                async with asyncio.timeout(timeout * 4):  # its reconnect loop never gives up
+                    client = await nats.connect(
+                        servers, connect_timeout=timeout, max_reconnect_attempts=-1
+                    )
+            js = client.jetstream(timeout=timeout)
+            # A cluster just started (or whose meta leader is being elected) may not answer the
+            # first requests, and replicas starting together race to create the bucket: bounded.
+            deadline = asyncio.get_running_loop().time() + max(10.0, timeout * 5)
+            while True:
+                try:
+                    try:
+                        kv = await js.key_value(bucket)
+                    except BucketNotFoundError:
+                        kv = await js.create_key_value(bucket=bucket, history=1, replicas=replicas)
+                    break
+                except Exception:
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
+        except Exception as exc:
+            if owns and client is not None:
+                await client.close()
+            raise JournalError(
+                f"cannot open the JetStream pending-write journal at {where}: "
+                f"{type(exc).__name__}: {exc}",
+                path=bucket,
+            ) from exc
+        ledger = cls(
+            kv,
+            client,
+            bucket=bucket,
+            owner=owner,
+            lease_ttl=lease_ttl,
+            timeout=timeout,
+            clock=clock,
+            owns_client=owns,
+        )
+        try:
+            await ledger._start(renew)
+        except BaseException:
+            await ledger.aclose()
+            raise
+        return ledger
+
+    async def _start(self, renew: bool) -> None:
+        # A bucket just created elects its stream's leader first: its first write may find no
+        # one to answer yet. Bounded: a journal that never answers is an error.
+        deadline = asyncio.get_running_loop().time() + max(10.0, self._timeout * 5)
+        while True:
+            try:
+                await self.renew_lease(strict=True)
+                break
+            except JournalError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        try:
+            self._watcher = await self._kv.watch(">")
+        except JournalError:
+            raise
+        except Exception as exc:
+            raise JournalError(
+                f"cannot watch the JetStream pending-write journal {self._bucket!r}: {exc}",
+                path=self._bucket,
+            ) from exc
+        self._watching = asyncio.create_task(self._watch())
+        async with asyncio.timeout(max(30.0, self._timeout * 10)):
+            await self._initial.wait()
+        mine = sum(1 for e in self._view.values() if e.owner == self._owner)
+        self._counts["loaded"] = mine
+        if renew:
+            self._renewing = asyncio.create_task(self._renew_forever())
+        logger.bind(bucket=self._bucket, owner=self._owner).info(
+            "JetStream pending-write journal {} opened by {}: {} intent(s), {} of them its own",
+            self._bucket,
+            self._owner,
+            len(self._view),
+            mine,
+        )
+
+    # ------------------------------------------------------------------------------ recording
+
+    async def _record_one(self, intent: PendingWrite) -> bool:
+        """Decide against the newest entry seen, then write it by compare-and-set; a lost race
+        is decided again against the entry that won it."""
+        from nats.js.errors import KeyWrongLastSequenceError
+
+        key = intent.key
+        lock = self._recording.setdefault(key, asyncio.Lock())
+        async with lock:
+            value = self._value(intent)
+            for _ in range(8):
+                current = self._view.get(key)
+                if current is not None:
+                    if current.intent == intent or (
+                        current.intent.request_id == intent.request_id
+                        and (key, intent.request_id) in self._taken
+                    ):
+                        return False  # pending unchanged, or being re-issued
+                    if current.intent.requester != intent.requester:
+                        raise self._held(intent, current.intent)
+                try:
+                    if current is None:
+                        revision = await self._kv.update(
+                            f"i.{key_token(key)}", value, last=self._revisions.get(key, 0)
+                        )
+                    else:
+                        revision = await self._kv.update(
+                            f"i.{key_token(key)}", value, last=current.revision
+                        )
+                except KeyWrongLastSequenceError:
+                    await self._refresh(key)
+                    continue
+                except Exception as exc:
+                    raise self._unreachable(intent, exc) from exc
+                self._wrote(intent, current, revision)
+                return True
+        raise JournalError(
+            f"the pending write for {key!r} lost every compare-and-set race; NOT recorded",
+            path=self._bucket,
+        )
+
+    async def record_durably(self, intent: PendingWrite) -> bool:
+        """Record ``intent`` once JetStream acknowledged it (see :class:`PendingWriteLedger`).
+
+        Raises:
+            PendingWriteHeldError: another requester's intent for the key is outstanding.
+            JournalError: JetStream did not acknowledge it within ``timeout`` (unreachable, no
+                quorum), it cannot be encoded, or the ledger is closed: NOT recorded.
+        """
+        self._answering = False  # recorded because this replica's store did not answer
+        if self._closed:
+            raise self._closed_error()
+        return await self._record_one(intent)
+
+    async def record_many_durably(self, intents: Iterable[PendingWrite]) -> list[RecordResult]:
+        """Record a bulk's intents, ``_IN_FLIGHT`` publishes awaiting their acks at once."""
+        self._answering = False
+        if self._closed:
+            raise self._closed_error()
+        batch = list(intents)
+        results: list[RecordResult] = [False] * len(batch)
+        gate = asyncio.Semaphore(_IN_FLIGHT)
+
+        async def one(index: int, intent: PendingWrite) -> None:
+            async with gate:
+                try:
+                    results[index] = await self._record_one(intent)
+                except (PendingWriteHeldError, JournalError) as exc:
+                    results[index] = exc
+
+        await asyncio.gather(*(one(i, intent) for i, intent in enumerate(batch)))
+        return results
+
+    def record(self, intent: PendingWrite) -> bool:
+        """Record from another thread than the ledger's loop (blocks for JetStream's ack).
+
+        Raises:
+            JournalError: called on the ledger's own loop (use :meth:`record_durably`), or
+                NOT recorded (see :meth:`record_durably`).
+        """
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            raise JournalError(
+                "JetStreamLedger.record() would block its own event loop; await "
+                "record_durably() instead",
+                path=self._bucket,
+            )
+        future = asyncio.run_coroutine_threadsafe(self.record_durably(intent), self._loop)
+        return future.result()
+
+    # ---------------------------------------------------------------------------- re-issuing
+
+    def take_all(self) -> list[PendingWrite]:
+        """Take every intent this replica owns out for re-issue (oldest first).
+
+        Nothing while this replica's lease was not renewed within half ``lease_ttl``: another
+        replica may be about to take its intents over, and one intent is never re-issued by
+        two. They are taken (announced on :attr:`adopted`) once a renewal succeeds, unless
+        another replica took them first.
+        """
+        with self._lock:
+            self._answering = True  # called on the store's evidence
+            renewed = self._renewed_at
+            if renewed is None or self._clock() - renewed > self._lease_ttl / 2:
+                self._deferred = True
+                logger.bind(owner=self._owner).warning(
+                    "replica {} did not renew its lease lately; its pending writes are "
+                    "re-issued once it does (or by the replica that takes them over)",
+                    self._owner,
+                )
+                return []
+            entries = sorted(self._mine(), key=lambda entry: entry.intent.recorded_at)
+            for entry in entries:
+                self._taken[(entry.intent.key, entry.intent.request_id)] = entry
+                del self._owned[entry.intent.key]
+            self._counts["taken"] += len(entries)
+        return [entry.intent for entry in entries]
+
+    def restore(self, intent: PendingWrite) -> bool:
+        """Put a taken, unsettled intent back; ``False`` if a newer one replaced it (settled
+        DROPPED, ``superseded_by`` naming it) or it was not outstanding."""
+        outcome: PendingWriteOutcome | None = None
+        with self._lock:
+            if self._taken.pop((intent.key, intent.request_id), None) is None:
+                return False
+            current = self._view.get(intent.key)
+            if current is not None and current.intent.request_id == intent.request_id:
+                if current.owner != self._owner:
+                    return False
+                self._owned[intent.key] = current
+                return True
+            if current is None or current.intent.requester != intent.requester:
+                return False
+            outcome = superseded(
+                self._counts, intent, current.intent, "while its re-issue was abandoned"
+            )
+        self._publish(outcome)
+        return False
+
+    def settle(self, intent: PendingWrite, outcome: PendingWriteOutcome) -> None:
+        """Settle ``intent``: publish its verdict, delete its entry by compare-and-set.
+
+        Raises:
+            ValueError: ``outcome`` is not about ``intent``, or it is not outstanding here.
+        """
+        self._settle(intent, outcome, strict=True)
+
+    def settle_if_outstanding(self, intent: PendingWrite, outcome: PendingWriteOutcome) -> bool:
+        """:meth:`settle` unless it is not outstanding here (settled already, or not owned)."""
+        return self._settle(intent, outcome, strict=False)
+
+    def _settle(self, intent: PendingWrite, outcome: PendingWriteOutcome, *, strict: bool) -> bool:
+        if outcome.intent != intent:
+            raise ValueError("the outcome is not about the intent being settled")
+        key = intent.key
+        with self._lock:
+            entry = self._taken.pop((key, intent.request_id), None)
+            current = self._view.get(key)
+            if entry is None:
+                if (
+                    current is None
+                    or current.owner != self._owner
+                    or current.intent.request_id != intent.request_id
+                ):
+                    if not strict:
+                        return False
+                    raise ValueError(
+                        f"pending write for {key!r} (request {intent.request_id}) is not "
+                        "outstanding here; it was settled already, or another replica owns it"
+                    )
+                entry = current
+            if current is not None and current.intent.request_id != intent.request_id:
+                # Replaced by the same requester while re-issued: its newer entry stays, and
+                # this verdict is the replaced intent's own.
+                self._counts[outcome.verdict] += 1
+                replaced = True
+            else:
+                self._drop(key)
+                replaced = False
+        if replaced:
+            self._publish(outcome)
+        else:
+            self._spawn(self._delete_then_publish(entry, outcome), f"settling {key}")
+        return True
+
+    async def _delete_then_publish(self, entry: Entry, outcome: PendingWriteOutcome) -> None:
+        """Delete the entry at the revision this replica owns it at; publish the verdict only if
+        that delete won. A replica that took the intent over meanwhile changed the revision:
+        its delete wins and its verdict is the one published, so each intent gets one."""
+        from nats.js.errors import KeyWrongLastSequenceError
+
+        intent = entry.intent
+        key = intent.key
+        try:
+            await self._kv.delete(f"i.{key_token(key)}", last=entry.revision)
+        except KeyWrongLastSequenceError:
+            try:
+                await self._refresh(key)
+            except JournalError as exc:
+                logger.bind(path=key).warning("could not re-read {}: {}", key, exc)
+            current = self._view.get(key)
+            if current is None or current.intent.request_id == intent.request_id:
+                logger.bind(path=key, owner=None if current is None else current.owner).warning(
+                    "pending write for {} was taken over by another replica while this one "
+                    "re-issued it; that replica publishes its verdict",
+                    key,
+                )
+                return
+        except Exception as exc:  # noqa: BLE001 - told, and the intent stays this replica's
+            with self._lock:
+                if key not in self._view:
+                    self._put(key, entry)  # pending again: re-issued on the next evidence
+            logger.bind(path=key).error(
+                "pending write for {} was re-issued ({}) but its JetStream entry could not be "
+                "deleted ({}); it stays pending and is re-issued again (its request id makes "
+                "that idempotent) before its verdict is published",
+                key,
+                outcome.verdict.value,
+                exc,
+            )
+            return
+        with self._lock:
+            self._counts[outcome.verdict] += 1
+        self._publish(outcome)

@@ -1,0 +1,382 @@
+"""What a replica sees of the shared JetStream journal: every entry, who owns it, at which
+revision, and whose lease was renewed when (the public ledger is in ``_jetstream.py``).
+
+The view follows one KV watch of the whole bucket. A revision older than one already seen is
+ignored, so this replica's own writes (applied when acknowledged) and their echo on the watch
+never undo each other. An entry that cannot be decoded, or whose intent does not belong under
+its key, is copied under ``q.`` and removed: never re-issued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import math
+import os
+import re
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+from reactivex.subject import Subject
+
+from rxmesh.exceptions import JournalError, PendingWriteHeldError
+from rxmesh.ledger._ledger import PendingWriteLedger
+from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
+from rxmesh.ledger._publish import count_recorded, superseded
+from rxmesh.operations import Verdict
+
+__all__ = ["OWNER_PATTERN", "Entry", "JetStreamView", "default_owner", "key_token"]
+
+OWNER_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_FORMAT = 1
+
+
+def key_token(key: str) -> str:
+    return base64.urlsafe_b64encode(key.encode("utf-8", "surrogatepass")).decode().rstrip("=")
+
+
+def _untoken(token: str) -> str:
+    padded = token + "=" * (-len(token) % 4)
+    return base64.urlsafe_b64decode(padded.encode("ascii")).decode("utf-8")
+
+
+def default_owner() -> str:
+    host = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname())[:32] or "host"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(slots=True)
+class Entry:
+    intent: PendingWrite
+    owner: str
+    revision: int
+
+
+class JetStreamView(PendingWriteLedger):
+    """The state and the watch of a :class:`~rxmesh.ledger.JetStreamLedger`."""
+
+    def __init__(
+        self,
+        kv: Any,
+        client: Any,
+        *,
+        bucket: str,
+        owner: str,
+        lease_ttl: float,
+        timeout: float,
+        clock: Callable[[], float],
+        owns_client: bool,
+    ) -> None:
+        super().__init__("")
+        self._kv = kv
+        self._client = client
+        self._bucket = bucket
+        self._owner = owner
+        self._lease_ttl = lease_ttl
+        self._timeout = timeout
+        self._clock = clock
+        self._owns_client = owns_client
+        self._loop = asyncio.get_running_loop()
+        self._view: dict[str, Entry] = {}  # intent key -> its entry, as last seen
+        self._owned: dict[str, Entry] = {}  # the entries this replica owns and has not taken
+        self._revisions: dict[str, int] = {}  # intent key -> newest revision seen (puts, deletes)
+        self._taken: dict[tuple[str, str], Entry] = {}
+        self._recording: dict[str, asyncio.Lock] = {}
+        # owner -> (its lease's newest revision seen, when this replica first saw it)
+        self._leases: dict[str, tuple[int, float]] = {}
+        self._started = clock()
+        self._answering = False  # this replica's store answered since its last UNAVAILABLE
+        # When this replica's lease writes started succeeding again (None: the last one failed),
+        # and when the last one that succeeded was sent.
+        self._writable_since: float | None = None
+        self._renewed_at: float | None = None
+        self._deferred = False  # a take was refused for a stale lease: announce once renewed
+        self._adopted: Subject[int] = Subject()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._watcher: Any = None
+        self._watching: asyncio.Task[None] | None = None
+        self._renewing: asyncio.Task[None] | None = None
+        self._initial = asyncio.Event()
+        self._claims = 0
+        self._lost = 0
+        self._counts.setdefault("claimed", 0)
+
+    # ------------------------------------------------------------------------------- watching
+
+    async def _watch(self) -> None:
+        try:
+            async for entry in self._watcher:
+                if entry is None:
+                    self._initial.set()
+                    continue
+                self._see(entry)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - logged; the journal's view stops updating
+            logger.opt(exception=exc).error(
+                "the watch of JetStream pending-write journal {} failed: {}", self._bucket, exc
+            )
+        finally:
+            self._initial.set()
+
+    def _see(self, entry: Any) -> None:
+        key: str = entry.key
+        deleted = entry.operation in ("DEL", "PURGE")
+        if key.startswith("lease."):
+            owner = key[len("lease.") :]
+            self._saw_lease(owner, entry.revision, deleted)
+            return
+        if not key.startswith("i."):
+            return  # quarantined copies, or something that is not ours to read
+        token = key[2:]
+        try:
+            path = _untoken(token)
+        except (ValueError, binascii.Error, UnicodeDecodeError):
+            if not deleted:
+                self._quarantine(key, entry.value, entry.revision, "its key is not an intent key")
+            return
+        if entry.revision <= self._revisions.get(path, 0):
+            return  # what this replica wrote, or older than what it saw
+        self._revisions[path] = entry.revision
+        old = self._view.get(path)
+        if deleted:
+            self._drop(path)
+            return
+        try:
+            new = self._decode(entry.value, path, entry.revision)
+        except ValueError as exc:
+            self._drop(path)
+            self._quarantine(key, entry.value, entry.revision, str(exc))
+            return
+        with self._lock:
+            self._put(path, new)
+            if old is None or old.owner != self._owner or new.owner == self._owner:
+                return
+            taken = (old.intent.key, old.intent.request_id) in self._taken
+            if old.intent.request_id == new.intent.request_id:
+                self._lost += 1  # taken over: this replica's lease lapsed
+                logger.bind(path=path, owner=new.owner).warning(
+                    "pending write for {} was taken over by replica {} (this replica's lease "
+                    "lapsed)",
+                    path,
+                    new.owner,
+                )
+                return
+            if taken:
+                return  # its re-issue settles it; the newer intent is the recorder's
+            outcome = superseded(self._counts, old.intent, new.intent, "before it was re-issued")
+        self._publish(outcome)
+
+    def _saw_lease(self, owner: str, revision: int, deleted: bool) -> None:
+        known = self._leases.get(owner)
+        if known is None or revision > known[0]:
+            self._leases[owner] = (revision, -math.inf if deleted else self._clock())
+
+    def _decode(self, value: bytes | None, path: str, revision: int) -> Entry:
+        try:
+            document = json.loads(value or b"")
+            if not isinstance(document, dict) or document.get("v") != _FORMAT:
+                raise ValueError("not a format-1 entry")
+            owner = document.get("owner")
+            if not isinstance(owner, str) or not OWNER_PATTERN.fullmatch(owner):
+                raise ValueError("no valid owner")
+            intent = PendingWrite.model_validate(document.get("intent"))
+        except ValueError as exc:  # json and pydantic errors are ValueErrors
+            raise ValueError(f"undecodable entry: {exc}") from exc
+        if intent.key != path:
+            raise ValueError(f"its intent is for {intent.key!r}, not {path!r}")
+        return Entry(intent, owner, revision)
+
+    def _value(self, intent: PendingWrite, owner: str | None = None) -> bytes:
+        try:
+            document = {
+                "v": _FORMAT,
+                "owner": owner or self._owner,
+                "intent": intent.model_dump(mode="json", exclude_defaults=False),
+            }
+            return json.dumps(document, separators=(",", ":")).encode()
+        except ValueError as exc:  # a lone surrogate cannot be UTF-8
+            raise JournalError(
+                f"could not encode the pending write for {intent.key!r} for the journal: {exc}",
+                path=self._bucket,
+            ) from exc
+
+    def _quarantine(self, key: str, value: bytes | None, revision: int, why: str) -> None:
+        self._counts["quarantined"] += 1
+        logger.bind(bucket=self._bucket, key=key).error(
+            "JetStream pending-write entry {} (revision {}) quarantined, never re-issued: {}",
+            key,
+            revision,
+            why,
+        )
+
+        async def move() -> None:
+            await self._kv.put(f"q.{revision}", value or b"")
+            await self._kv.delete(key, last=revision)
+
+        self._spawn(move(), f"quarantining {key}")
+
+    def _held(self, intent: PendingWrite, holder: PendingWrite) -> PendingWriteHeldError:
+        self._counts["held"] += 1
+        return PendingWriteHeldError(
+            f"a pending write for {intent.key!r} by another requester (request "
+            f"{holder.request_id}) is outstanding; the intent of request "
+            f"{intent.request_id} is not recorded",
+            path=intent.key,
+            holder_request_id=holder.request_id,
+        )
+
+    def _unreachable(self, intent: PendingWrite, exc: BaseException) -> JournalError:
+        return JournalError(
+            f"JetStream did not acknowledge the pending write for {intent.key!r} "
+            f"({type(exc).__name__}: {exc}); it is NOT recorded",
+            path=self._bucket,
+        )
+
+    def _wrote(self, intent: PendingWrite, replaced: Entry | None, revision: int) -> None:
+        outcome: PendingWriteOutcome | None = None
+        with self._lock:
+            key = intent.key
+            self._revisions[key] = max(revision, self._revisions.get(key, 0))
+            self._put(key, Entry(intent, self._owner, revision))
+            count_recorded(self._counts, intent)
+            if replaced is not None:
+                self._counts["replaced"] += 1
+                old = replaced.intent
+                if (
+                    replaced.owner == self._owner
+                    and old.request_id != intent.request_id
+                    and (key, old.request_id) not in self._taken
+                ):
+                    outcome = superseded(self._counts, old, intent, "before it was re-issued")
+        if outcome is not None:
+            self._publish(outcome)
+
+    async def _refresh(self, key: str) -> None:
+        """Read the newest entry of ``key`` after a lost race (the watch may not have it yet)."""
+        from nats.js.errors import KeyDeletedError, KeyNotFoundError
+
+        try:
+            entry = await self._kv.get(f"i.{key_token(key)}")
+        except KeyDeletedError as exc:
+            self._revisions[key] = max(self._revisions.get(key, 0), exc.entry.revision or 0)
+            self._drop(key)
+            return
+        except KeyNotFoundError:
+            return
+        except Exception as exc:
+            raise JournalError(
+                f"cannot read the JetStream pending-write entry for {key!r}: {exc}",
+                path=self._bucket,
+            ) from exc
+        self._see(entry)
+
+    def _put(self, key: str, entry: Entry) -> None:
+        self._view[key] = entry
+        if entry.owner == self._owner and (key, entry.intent.request_id) not in self._taken:
+            self._owned[key] = entry
+        else:
+            self._owned.pop(key, None)
+
+    def _drop(self, key: str) -> None:
+        self._view.pop(key, None)
+        self._owned.pop(key, None)
+
+    def _mine(self) -> list[Entry]:
+        # Asked on every piece of evidence (each commit announced): an index, not a scan.
+        return list(self._owned.values())
+
+    def _spawn(self, coroutine: Any, what: str) -> None:
+        def start() -> None:
+            task = self._loop.create_task(coroutine, name=what)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            start()
+        else:
+            self._loop.call_soon_threadsafe(start)
+
+    # ------------------------------------------------------------------------------ reading
+
+    def outstanding(self, path: str, request_id: str) -> PendingWrite | None:
+        """The intent with key ``path`` and ``request_id`` if THIS replica owns it, else None."""
+        with self._lock:
+            taken = self._taken.get((path, request_id))
+            if taken is not None:
+                return taken.intent
+            current = self._view.get(path)
+            if (
+                current is not None
+                and current.owner == self._owner
+                and current.intent.request_id == request_id
+            ):
+                return current.intent
+            return None
+
+    def pending(self) -> tuple[PendingWrite, ...]:
+        """The intents this replica owns and has not taken, oldest first."""
+        with self._lock:
+            return tuple(
+                sorted((e.intent for e in self._mine()), key=lambda intent: intent.recorded_at)
+            )
+
+    def in_flight(self) -> tuple[PendingWrite, ...]:
+        """The intents taken for re-issue and not yet settled."""
+        with self._lock:
+            return tuple(entry.intent for entry in self._taken.values())
+
+    def shared(self) -> dict[str, tuple[PendingWrite, str]]:
+        """Every intent in the bucket as this replica saw it last: key -> (intent, owner)."""
+        with self._lock:
+            return {key: (e.intent, e.owner) for key, e in self._view.items()}
+
+    @property
+    def journal_dir(self) -> Path | None:
+        """``None``: this journal is not a directory."""
+        return None
+
+    def journal_file(self, path: str) -> Path | None:
+        """``None``: this journal is not a directory."""
+        return None
+
+    def statistics(self) -> LedgerStatistics:
+        """This replica's figures (``journal_dir`` names the bucket as ``nats-kv:<bucket>``)."""
+        with self._lock:
+            counts = self._counts
+            return LedgerStatistics(
+                journal_dir=f"nats-kv:{self._bucket}",
+                pending=len(self._mine()),
+                in_flight=len(self._taken),
+                loaded=counts["loaded"],
+                recorded=counts["recorded"],
+                replaced=counts["replaced"],
+                taken=counts["taken"],
+                landed=counts[Verdict.LANDED],
+                already_present=counts[Verdict.ALREADY_PRESENT],
+                dropped=counts[Verdict.DROPPED],
+                already_absent=counts[Verdict.ALREADY_ABSENT],
+                conflicts=counts[Verdict.CONFLICT],
+                quarantined=counts["quarantined"],
+                superseded=counts["superseded"],
+                held=counts["held"],
+            )
+
+    @property
+    def claimed(self) -> int:
+        """Intents this replica took over from replicas whose lease lapsed."""
+        return self._counts["claimed"]
+
+    def __repr__(self) -> str:
+        return f"JetStreamLedger({self._bucket!r}, owner={self._owner!r})"
