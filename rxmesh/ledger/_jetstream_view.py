@@ -28,9 +28,13 @@ from reactivex.subject import Subject
 
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
 from rxmesh.ledger._ledger import PendingWriteLedger
-from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
+from rxmesh.ledger._models import (
+    LedgerStatistics,
+    PendingWrite,
+    PendingWriteOutcome,
+    statistics_from,
+)
 from rxmesh.ledger._publish import count_recorded, superseded
-from rxmesh.operations import Verdict
 
 __all__ = ["OWNER_PATTERN", "Entry", "JetStreamView", "default_owner", "key_token"]
 
@@ -354,23 +358,11 @@ class JetStreamView(PendingWriteLedger):
     def statistics(self) -> LedgerStatistics:
         """This replica's figures (``journal_dir`` names the bucket as ``nats-kv:<bucket>``)."""
         with self._lock:
-            counts = self._counts
-            return LedgerStatistics(
+            return statistics_from(
+                self._counts,
                 journal_dir=f"nats-kv:{self._bucket}",
                 pending=len(self._mine()),
                 in_flight=len(self._taken),
-                loaded=counts["loaded"],
-                recorded=counts["recorded"],
-                replaced=counts["replaced"],
-                taken=counts["taken"],
-                landed=counts[Verdict.LANDED],
-                already_present=counts[Verdict.ALREADY_PRESENT],
-                dropped=counts[Verdict.DROPPED],
-                already_absent=counts[Verdict.ALREADY_ABSENT],
-                conflicts=counts[Verdict.CONFLICT],
-                quarantined=counts["quarantined"],
-                superseded=counts["superseded"],
-                held=counts["held"],
             )
 
     @property

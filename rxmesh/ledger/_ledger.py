@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from loguru import logger
@@ -14,10 +15,14 @@ from rxmesh.ledger._bound import DEFAULT_DURABLE_TIMEOUT, BoundedLedger
 from rxmesh.ledger._core import _NOTHING, Format, RecordResult
 from rxmesh.ledger._journal import Journal
 from rxmesh.ledger._log import Log
-from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
+from rxmesh.ledger._models import (
+    LedgerStatistics,
+    PendingWrite,
+    PendingWriteOutcome,
+    statistics_from,
+)
 from rxmesh.ledger._publish import count_recorded, log_recorded
 from rxmesh.ledger._writer import Writer
-from rxmesh.operations import Verdict
 
 __all__ = ["JOURNAL_DIR_ENV", "PendingWriteHeldError", "PendingWriteLedger", "RecordResult"]
 
@@ -419,23 +424,14 @@ class PendingWriteLedger(BoundedLedger):
     def statistics(self) -> LedgerStatistics:
         """A frozen snapshot of the ledger's figures."""
         with self._lock:
-            counts = dict(self._counts)
-            return LedgerStatistics(
+            common = statistics_from(
+                self._counts,
                 journal_dir=None if self._journal is None else str(self._journal.directory),
                 pending=len(self._pending),
                 in_flight=len(self._in_flight),
-                loaded=counts["loaded"],
-                recorded=counts["recorded"],
-                replaced=counts["replaced"],
-                taken=counts["taken"],
-                landed=counts[Verdict.LANDED],
-                already_present=counts[Verdict.ALREADY_PRESENT],
-                dropped=counts[Verdict.DROPPED],
-                already_absent=counts[Verdict.ALREADY_ABSENT],
-                conflicts=counts[Verdict.CONFLICT],
-                quarantined=counts["quarantined"],
-                superseded=counts["superseded"],
-                held=counts["held"],
+            )
+            return replace(
+                common,
                 group_commits=0 if self._writer is None else self._writer.groups,
                 durable_timeouts=self._timeouts,
                 journal_fault=self.journal_fault,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -176,3 +177,27 @@ class LedgerStatistics:
         return (
             self.landed + self.already_present + self.dropped + self.already_absent + self.conflicts
         )
+
+
+def statistics_from(
+    counts: Mapping[str, int], *, journal_dir: str | None, pending: int, in_flight: int
+) -> LedgerStatistics:
+    """The figures every journal keeps alike, from its tallies (named events and one per
+    :class:`Verdict`); a journal adds its own with :func:`dataclasses.replace`."""
+    return LedgerStatistics(
+        journal_dir=journal_dir,
+        pending=pending,
+        in_flight=in_flight,
+        loaded=counts["loaded"],
+        recorded=counts["recorded"],
+        replaced=counts["replaced"],
+        taken=counts["taken"],
+        landed=counts[Verdict.LANDED],
+        already_present=counts[Verdict.ALREADY_PRESENT],
+        dropped=counts[Verdict.DROPPED],
+        already_absent=counts[Verdict.ALREADY_ABSENT],
+        conflicts=counts[Verdict.CONFLICT],
+        quarantined=counts["quarantined"],
+        superseded=counts["superseded"],
+        held=counts["held"],
+    )
