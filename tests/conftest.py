@@ -6,6 +6,7 @@ import os
 import secrets
 import socket
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -13,6 +14,7 @@ import pytest
 
 if TYPE_CHECKING:
     from rxmesh.testing import TemporaryPgBouncer as TemporaryPgBouncerType
+    from rxmesh.testing import TemporaryPostgresCluster as TemporaryPostgresClusterType
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 SESSION = secrets.token_hex(3)[:5]
@@ -42,6 +44,25 @@ def require_server(url: str, default_port: int, what: str) -> None:
     if IN_CI:
         pytest.fail(f"{message}, and CI=true requires it")
     pytest.skip(message)
+
+
+@contextmanager
+def throwaway_cluster() -> Iterator[TemporaryPostgresClusterType]:
+    """A started PostgreSQL cluster of the test's own (initdb on a free loopback port), removed
+    after; skips outside CI when the server binaries are missing, fails in CI."""
+    from rxmesh.testing import TemporaryPostgresCluster
+
+    try:
+        cluster = TemporaryPostgresCluster()
+    except FileNotFoundError as exc:
+        if IN_CI:
+            pytest.fail(f"CI needs PostgreSQL server binaries: {exc}")
+        pytest.skip(str(exc))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()
 
 
 @pytest.fixture

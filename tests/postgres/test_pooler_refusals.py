@@ -22,7 +22,7 @@ from rxmesh.exceptions import StoreError
 from rxmesh.faults import is_store_unreachable, is_write_outcome_unknown
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import TemporaryPgBouncer, TemporaryPostgresCluster
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, throwaway_cluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -35,17 +35,8 @@ def doc(path: str) -> MeshNode:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[TemporaryPostgresCluster]:
-    try:
-        server = TemporaryPostgresCluster()
-    except FileNotFoundError as exc:
-        if IN_CI:
-            pytest.fail(f"CI needs PostgreSQL server binaries: {exc}")
-        pytest.skip(str(exc))
-    server.start()
-    try:
+    with throwaway_cluster() as server:
         yield server
-    finally:
-        server.cleanup()
 
 
 @pytest.fixture
@@ -100,10 +91,10 @@ async def test_a_write_the_pooler_refused_before_any_server_was_reached_wrote_no
             blocked = asyncio.ensure_future(_write_error(store, "pr/blocked"))
             async with asyncio.timeout(WAIT):
                 while not (  # noqa: ASYNC110 - the server's pace
-                    pid := await direct.fetchval(  # this test's own INSERT: its schema
+                    pid := await direct.fetchval(  # this test's own write waiting: its schema
                         "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND query LIKE $1 LIMIT 1",
-                        f"INSERT%{store.schema_of('pr')}%",
+                        "AND query LIKE $1 AND pid <> pg_backend_pid() LIMIT 1",
+                        f"%{store.schema_of('pr')}%",
                     )
                 ):
                     await asyncio.sleep(0.02)

@@ -27,7 +27,7 @@ from rxmesh.faults import is_store_unreachable, is_write_outcome_unknown
 from rxmesh.ledger import PendingWriteLedger, read_journal
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy, TemporaryPostgresCluster
-from tests.conftest import IN_CI
+from tests.conftest import throwaway_cluster
 from tests.helpers import Outcomes
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -50,17 +50,8 @@ def doc(path: str) -> MeshNode:
 
 @pytest.fixture(scope="module")
 def primary() -> Iterator[TemporaryPostgresCluster]:
-    try:
-        cluster = TemporaryPostgresCluster()
-    except FileNotFoundError as exc:
-        if IN_CI:
-            pytest.fail(f"CI needs PostgreSQL server binaries: {exc}")
-        pytest.skip(str(exc))
-    cluster.start()
-    try:
+    with throwaway_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.cleanup()
 
 
 @pytest.fixture
