@@ -94,6 +94,7 @@ class LedgerCore:
         self._log: Log | None = None
         self._writer: Writer | None = None
         self._open: set[Ticket] = set()  # queued, not sealed yet (a bulk being decided)
+        self._sequence = 0  # the last sequence given; the journal's highest when loaded
         self._closed = False
 
     # ---------------------------------------------------------------- deciding (under the lock)
@@ -122,6 +123,12 @@ class LedgerCore:
                 holder_request_id=holder.request_id,
             )
         return holder
+
+    def _sequenced(self, intent: PendingWrite) -> PendingWrite:
+        """Under the lock: ``intent`` with the next sequence (the order intents are re-issued
+        in; one after another for one path)."""
+        self._sequence += 1
+        return intent.model_copy(update={"sequence": self._sequence})
 
     def _reserve(
         self,
@@ -207,6 +214,7 @@ class LedgerCore:
                 if holder is _NOTHING:
                     continue
                 assert holder is None or isinstance(holder, PendingWrite)
+                intent = self._sequenced(intent)
                 fmt = self._format.get(intent.key, fmt_for_new) if holder else fmt_for_new
                 line = self._encode(intent) if fmt == "log" else None
             except (PendingWriteHeldError, JournalError) as exc:

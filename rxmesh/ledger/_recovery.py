@@ -76,12 +76,15 @@ class PendingWriteRecovery:
     AccessContext, request id and basis, marked ``reissued_after_unavailable``. Each settles as
     exactly one verdict on ``ledger.outcomes``. No timer, no poll: while the store stays away
     nothing arrives and nothing is re-issued. Intents taken are not taken again by evidence that
-    arrives while they are in flight.
+    arrives while they are in flight. The intents of one path (a move's: its source's and its
+    target's) are re-issued one after another, in the order they were recorded (the ledger's
+    sequence, never a wall clock): a delete and a create of one path land as they were asked.
+    Different paths are re-issued concurrently.
 
     Args:
         mesh: the mesh (its ``store.answers_again`` and ``create_node``).
         ledger: the ledger the mesh records into.
-        max_concurrent: re-issues in flight at once (the rest queue).
+        max_concurrent: re-issues in flight at once, over all paths (the rest queue).
         scheduler: passed to each re-issue's subscription.
 
     Example::
@@ -105,7 +108,12 @@ class PendingWriteRecovery:
         self._max_concurrent = max_concurrent
         self._scheduler = scheduler
         self._lock = threading.RLock()
-        self._queue: deque[PendingWrite] = deque()
+        # Per path, its taken intents in the order they were recorded: only the head of every
+        # chain it is in (a move: its source's and its target's) may run. Different paths run
+        # concurrently, up to max_concurrent.
+        self._chains: dict[str, deque[PendingWrite]] = {}
+        self._ready: deque[PendingWrite] = deque()  # heads of all their chains, not started
+        self._queued = 0  # taken, not started (ready or behind another of their path)
         self._active: dict[int, _Reissue] = {}
         self._pumping = False
         self._started = False
@@ -123,7 +131,7 @@ class PendingWriteRecovery:
     def reissuing(self) -> int:
         """Intents taken and not settled yet (in flight or queued)."""
         with self._lock:
-            return len(self._active) + len(self._queue)
+            return len(self._active) + self._queued
 
     @property
     def failure(self) -> BaseException | None:
@@ -164,9 +172,19 @@ class PendingWriteRecovery:
             evidence = self._evidence
             self._settlements.dispose()
             abandoned = list(self._active.values())
-            queued = list(self._queue)
+            running = {id(reissue.intent) for reissue in abandoned}
+            queued = list(
+                {
+                    id(intent): intent
+                    for chain in self._chains.values()
+                    for intent in chain
+                    if id(intent) not in running
+                }.values()
+            )
             self._active.clear()
-            self._queue.clear()
+            self._chains.clear()
+            self._ready.clear()
+            self._queued = 0
         evidence.dispose()
         for reissue in abandoned:
             reissue.disposable.dispose()
@@ -194,7 +212,8 @@ class PendingWriteRecovery:
             if self._disposed:
                 return
             intents = self._ledger.take_all()
-            self._queue.extend(intents)
+            for intent in intents:
+                self._enqueue(intent)
         if intents:
             logger.bind(evidence=type(evidence).__name__, source=evidence.source).info(
                 "store {} answers again ({}); re-issuing {} pending write(s)",
@@ -212,12 +231,36 @@ class PendingWriteRecovery:
             if self._disposed:
                 return
             intents = self._ledger.take_all()
-            self._queue.extend(intents)
+            for intent in intents:
+                self._enqueue(intent)
         if intents:
             logger.info(
                 "re-issuing {} pending write(s) taken over from a dead replica", len(intents)
             )
             self._pump()
+
+    def _enqueue(self, intent: PendingWrite) -> None:
+        """Under the lock: queue ``intent`` behind the taken intents of its paths."""
+        self._queued += 1
+        for path in _paths(intent):
+            self._chains.setdefault(path, deque()).append(intent)
+        if self._at_head(intent):
+            self._ready.append(intent)
+
+    def _at_head(self, intent: PendingWrite) -> bool:
+        return all(self._chains[path][0] is intent for path in _paths(intent))
+
+    def _release(self, intent: PendingWrite) -> None:
+        """Under the lock: ``intent`` is settled (or will not run): the next intent of each of
+        its paths may run once it heads every chain it is in."""
+        for path in _paths(intent):
+            chain = self._chains[path]
+            assert chain[0] is intent  # only a chain's head runs
+            chain.popleft()
+            if not chain:
+                del self._chains[path]
+            elif self._at_head(chain[0]):
+                self._ready.append(chain[0])
 
     def _on_settled(self, outcome: PendingWriteOutcome) -> None:
         """An intent was settled. If it was not by its own re-issue (the caller's own re-issue of
@@ -262,13 +305,15 @@ class PendingWriteRecovery:
                 with self._lock:
                     if (
                         self._disposed
-                        or not self._queue
+                        or not self._ready
                         or len(self._active) >= self._max_concurrent
                     ):
                         self._pumping = False
                         return
-                    intent = self._queue.popleft()
+                    intent = self._ready.popleft()
+                    self._queued -= 1
                     if self._ledger.outstanding(intent.key, intent.request_id) != intent:
+                        self._release(intent)
                         continue  # settled while queued (the caller's own re-issue was answered)
                     reissue = _Reissue(intent)
                     self._active[id(reissue)] = reissue
@@ -371,6 +416,7 @@ class PendingWriteRecovery:
             if reissue.answered or self._active.pop(id(reissue), None) is None:
                 return False
             reissue.answered = True
+            self._release(reissue.intent)
             return True
 
     def _finish(self, reissue: _Reissue, outcome: PendingWriteOutcome) -> None:
@@ -401,3 +447,10 @@ class PendingWriteRecovery:
             reissue.intent.path,
             error,
         )
+
+
+def _paths(intent: PendingWrite) -> tuple[str, ...]:
+    """The paths whose order ``intent`` keeps: its node's, and a move's target."""
+    if intent.target is None or intent.target == intent.path:
+        return (intent.path,)
+    return intent.path, intent.target
