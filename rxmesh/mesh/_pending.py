@@ -3,9 +3,10 @@ moment the same request is answered by the store.
 
 Recording can never prevent the answer: whatever it raises is logged and told in the answer's
 text (and the response's ``recorded_for_reissue`` / ``not_recorded`` fields). An intent is a
-promise to re-issue a request that got no answer: once the same request (path and request id) is
-answered — created, or judged — the promise is kept and the intent settled, so a later re-issue
-cannot resurrect a node the caller deleted meanwhile (issue 20).
+promise to re-issue a request that got no answer: once the same request (its requester, path,
+request id and verb) is answered — created, or judged — the promise is kept and the intent
+settled, so a later re-issue cannot resurrect a node the caller deleted meanwhile (issue 20).
+Anyone else's answer, whatever request id it carries, settles nothing.
 """
 
 from __future__ import annotations
