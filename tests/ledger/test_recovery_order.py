@@ -186,3 +186,19 @@ async def test_on_the_mesh_a_delete_then_a_create_of_one_path_leaves_the_created
     rows = {n.path: n for n in store.inner.nodes("acme")}
     assert rows["acme/a"].content == {"v": "new"}
     mesh.dispose()
+
+
+async def test_the_sequence_is_kept_in_the_log_across_restarts(tmp_path: Path) -> None:
+    """The same through the log (``record_durably``, ``record_many_durably``). Fails at 1d389e8
+    because the restarted ledger ordered them by ``recorded_at``."""
+    journal = tmp_path / "journal"
+    first = PendingWriteLedger(journal)
+    await first.record_durably(intent("delete", "acme/a", "del-1", NOW))
+    await first.record_many_durably(
+        [intent("create", "acme/a", "bulk-2", EARLIER), intent("create", "acme/b", "bulk-2", NOW)]
+    )
+    first.close()
+    second = PendingWriteLedger(journal)
+    assert [i.request_id for i in second.pending()] == ["del-1", "bulk-2", "bulk-2"]
+    assert [i.path for i in second.pending()] == ["acme/a", "acme/a", "acme/b"]
+    second.close()
