@@ -117,7 +117,7 @@ class PendingWriteLedger(BoundedLedger):
         if log.has_segments or dropped:
             log.rewrite(dropped)  # one fresh snapshot segment; the old ones are deleted
         for intent, fmt in sorted(loaded.values(), key=lambda entry: entry[0].order):
-            self._sequence = max(self._sequence, intent.sequence)
+            self._numbering.last = max(self._numbering.last, intent.sequence)
             self._pending[intent.key] = intent
             self._newest[intent.key] = intent
             self._format[intent.key] = fmt
@@ -214,7 +214,7 @@ class PendingWriteLedger(BoundedLedger):
             # With a journal, the writer thread writes it: the caller's wait can then be bounded.
             direct = self._journal is None
             if direct:
-                intent = self._sequenced(intent)
+                intent = self._numbering.number(intent)
                 previous = self._pending.get(intent.key)
                 self._pending[intent.key] = intent
                 self._newest[intent.key] = intent

@@ -16,6 +16,7 @@ __all__ = [
     "CREATE_ORIGINS",
     "VERB_FIELDS",
     "LedgerStatistics",
+    "Numbering",
     "Origin",
     "PendingWrite",
     "PendingWriteOutcome",
@@ -28,6 +29,19 @@ Origin = Literal["create", "create_nodes", "update", "delete", "move"]
 CREATE_ORIGINS = frozenset({"create", "create_nodes"})
 VERB_FIELDS = frozenset({"expected_version", "expected_request_id", "target"})
 """The fields only an update's, delete's or move's intent sets; a create's is encoded without."""
+
+
+class Numbering:
+    """A ledger's sequence: the number the next intent it records is given (monotonic; past the
+    journal's highest once it is loaded). Used under the ledger's lock."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def number(self, intent: PendingWrite) -> PendingWrite:
+        """``intent`` with the next sequence: the order of re-issue of one path's intents."""
+        self.last += 1
+        return intent.model_copy(update={"sequence": self.last})
 
 
 def encoded_without(intent: PendingWrite) -> set[str] | None:
