@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections import deque
 from types import TracebackType
 from typing import Protocol
 
@@ -16,6 +15,7 @@ from rxmesh.ledger._jetstream import JetStreamLedger
 from rxmesh.ledger._journal import JournalError
 from rxmesh.ledger._ledger import PendingWriteLedger
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
+from rxmesh.ledger._order import PathOrder
 from rxmesh.ledger._publish import reissued
 from rxmesh.ledger._verbs import Answer, VerbMesh, confirm_path, confirmed, outcome_of
 from rxmesh.ledger._verbs import reissue as reissue_of
@@ -111,9 +111,7 @@ class PendingWriteRecovery:
         # Per path, its taken intents in the order they were recorded: only the head of every
         # chain it is in (a move: its source's and its target's) may run. Different paths run
         # concurrently, up to max_concurrent.
-        self._chains: dict[str, deque[PendingWrite]] = {}
-        self._ready: deque[PendingWrite] = deque()  # heads of all their chains, not started
-        self._queued = 0  # taken, not started (ready or behind another of their path)
+        self._order = PathOrder()
         self._active: dict[int, _Reissue] = {}
         self._pumping = False
         self._started = False
@@ -131,7 +129,7 @@ class PendingWriteRecovery:
     def reissuing(self) -> int:
         """Intents taken and not settled yet (in flight or queued)."""
         with self._lock:
-            return len(self._active) + self._queued
+            return len(self._active) + self._order.queued
 
     @property
     def failure(self) -> BaseException | None:
@@ -172,19 +170,8 @@ class PendingWriteRecovery:
             evidence = self._evidence
             self._settlements.dispose()
             abandoned = list(self._active.values())
-            running = {id(reissue.intent) for reissue in abandoned}
-            queued = list(
-                {
-                    id(intent): intent
-                    for chain in self._chains.values()
-                    for intent in chain
-                    if id(intent) not in running
-                }.values()
-            )
+            queued = self._order.clear([reissue.intent for reissue in abandoned])
             self._active.clear()
-            self._chains.clear()
-            self._ready.clear()
-            self._queued = 0
         evidence.dispose()
         for reissue in abandoned:
             reissue.disposable.dispose()
@@ -213,7 +200,7 @@ class PendingWriteRecovery:
                 return
             intents = self._ledger.take_all()
             for intent in intents:
-                self._enqueue(intent)
+                self._order.add(intent)
         if intents:
             logger.bind(evidence=type(evidence).__name__, source=evidence.source).info(
                 "store {} answers again ({}); re-issuing {} pending write(s)",
@@ -232,35 +219,12 @@ class PendingWriteRecovery:
                 return
             intents = self._ledger.take_all()
             for intent in intents:
-                self._enqueue(intent)
+                self._order.add(intent)
         if intents:
             logger.info(
                 "re-issuing {} pending write(s) taken over from a dead replica", len(intents)
             )
             self._pump()
-
-    def _enqueue(self, intent: PendingWrite) -> None:
-        """Under the lock: queue ``intent`` behind the taken intents of its paths."""
-        self._queued += 1
-        for path in _paths(intent):
-            self._chains.setdefault(path, deque()).append(intent)
-        if self._at_head(intent):
-            self._ready.append(intent)
-
-    def _at_head(self, intent: PendingWrite) -> bool:
-        return all(self._chains[path][0] is intent for path in _paths(intent))
-
-    def _release(self, intent: PendingWrite) -> None:
-        """Under the lock: ``intent`` is settled (or will not run): the next intent of each of
-        its paths may run once it heads every chain it is in."""
-        for path in _paths(intent):
-            chain = self._chains[path]
-            assert chain[0] is intent  # only a chain's head runs
-            chain.popleft()
-            if not chain:
-                del self._chains[path]
-            elif self._at_head(chain[0]):
-                self._ready.append(chain[0])
 
     def _on_settled(self, outcome: PendingWriteOutcome) -> None:
         """An intent was settled. If it was not by its own re-issue (the caller's own re-issue of
@@ -305,15 +269,14 @@ class PendingWriteRecovery:
                 with self._lock:
                     if (
                         self._disposed
-                        or not self._ready
+                        or not self._order.ready
                         or len(self._active) >= self._max_concurrent
                     ):
                         self._pumping = False
                         return
-                    intent = self._ready.popleft()
-                    self._queued -= 1
+                    intent = self._order.take()
                     if self._ledger.outstanding(intent.key, intent.request_id) != intent:
-                        self._release(intent)
+                        self._order.release(intent)
                         continue  # settled while queued (the caller's own re-issue was answered)
                     reissue = _Reissue(intent)
                     self._active[id(reissue)] = reissue
@@ -416,7 +379,7 @@ class PendingWriteRecovery:
             if reissue.answered or self._active.pop(id(reissue), None) is None:
                 return False
             reissue.answered = True
-            self._release(reissue.intent)
+            self._order.release(reissue.intent)
             return True
 
     def _finish(self, reissue: _Reissue, outcome: PendingWriteOutcome) -> None:
@@ -448,9 +411,3 @@ class PendingWriteRecovery:
             error,
         )
 
-
-def _paths(intent: PendingWrite) -> tuple[str, ...]:
-    """The paths whose order ``intent`` keeps: its node's, and a move's target."""
-    if intent.target is None or intent.target == intent.path:
-        return (intent.path,)
-    return intent.path, intent.target

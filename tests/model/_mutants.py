@@ -29,6 +29,7 @@ from rxmesh.ledger import (
     PendingWriteRecovery,
     outcome_of,
 )
+from rxmesh.ledger._order import PathOrder
 from rxmesh.mesh import _arms
 from rxmesh.mesh import _bulk as bulk_module
 from rxmesh.mesh import _verbs as verbs_module
@@ -329,12 +330,12 @@ def _stranger_settles(mp: pytest.MonkeyPatch) -> None:
 def _paths_race(mp: pytest.MonkeyPatch) -> None:
     """Issue 31, item 2: every taken intent runs at once, whatever its path."""
 
-    def _enqueue(self: PendingWriteRecovery, intent: PendingWrite) -> None:
-        self._queued += 1
-        self._ready.append(intent)
+    def add(self: PathOrder, intent: PendingWrite) -> None:
+        self.queued += 1
+        self.ready.append(intent)
 
-    mp.setattr(PendingWriteRecovery, "_enqueue", _enqueue)
-    mp.setattr(PendingWriteRecovery, "_release", lambda self, intent: None)
+    mp.setattr(PathOrder, "add", add)
+    mp.setattr(PathOrder, "release", lambda self, intent: None)
 
 
 def _basis_forgets_its_write(mp: pytest.MonkeyPatch) -> None:
