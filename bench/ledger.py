@@ -487,7 +487,12 @@ def _verb_request(verb: str, path: str, request_id: str) -> Any:
     )
 
 
-def _verb_intent(verb: str, path: str, request_id: str) -> PendingWrite:
+def _seed_id(index: int) -> str:
+    """The request id of the bulk that seeded the ``index``-th path: the basis names it."""
+    return f"seed-{index // 1000}"
+
+
+def _verb_intent(verb: str, path: str, request_id: str, basis_id: str) -> PendingWrite:
     content: Any = {"title": "updated"} if verb == "update" else None
     return PendingWrite(
         node=MeshNode(path=path, node_type="Doc", content=content),
@@ -496,6 +501,7 @@ def _verb_intent(verb: str, path: str, request_id: str) -> PendingWrite:
         request_id=request_id,
         origin=verb,  # type: ignore[arg-type]
         expected_version=1,
+        expected_request_id=basis_id,
         target=f"{path}m" if verb == "move" else None,
     )
 
@@ -507,7 +513,8 @@ async def _seeded(factory: Any, paths: list[str]) -> Any:
             MeshNode(path=p, node_type="Doc", content={"title": p})
             for p in paths[start : start + 1000]
         )
-        done = await _first(mesh.create_nodes(CreateNodesRequest(nodes=nodes, access=ACCESS)))
+        seed = CreateNodesRequest(nodes=nodes, access=ACCESS, request_id=_seed_id(start))
+        done = await _first(mesh.create_nodes(seed))
         assert done.success, done
     return mesh
 
@@ -548,8 +555,8 @@ async def _time_verb_direct(
 
 async def _time_verb_recovery(mesh: Any, verb: str, paths: list[str]) -> tuple[float, int]:
     ledger = PendingWriteLedger()
-    for path in paths:
-        ledger.record(_verb_intent(verb, path, f"intent-{path}"))
+    for index, path in enumerate(paths):
+        ledger.record(_verb_intent(verb, path, f"intent-{path}", _seed_id(index)))
     evidence: Subject[StoreEvidence] = Subject()
     facade = SimpleNamespace(
         store=SimpleNamespace(answers_again=evidence),

@@ -23,7 +23,7 @@ from rxmesh._collector import collector_paused
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
 from rxmesh.ledger._journal import Journal
 from rxmesh.ledger._log import Log, encode_del, encode_put
-from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
+from rxmesh.ledger._models import Numbering, PendingWrite, PendingWriteOutcome
 from rxmesh.ledger._publish import count_recorded, log_bulk, log_recorded, publish, superseded
 from rxmesh.ledger._writer import Op, Ticket, Writer
 from rxmesh.operations import Verdict
@@ -80,20 +80,13 @@ class LedgerCore:
         self._format: dict[str, Format] = {}  # path -> where its holder's copy is (or goes)
         self._reserving: dict[str, list[_Reservation]] = {}
         self._subject: Subject[PendingWriteOutcome] = Subject()
-        self._counts: dict[str, int] = {
-            "loaded": 0,
-            "recorded": 0,
-            "replaced": 0,
-            "taken": 0,
-            "quarantined": 0,
-            "superseded": 0,
-            "held": 0,
-            **dict.fromkeys(Verdict, 0),
-        }
+        names = ("loaded", "recorded", "replaced", "taken", "quarantined", "superseded", "held")
+        self._counts: dict[str, int] = {**dict.fromkeys(names, 0), **dict.fromkeys(Verdict, 0)}
         self._journal: Journal | None = None
         self._log: Log | None = None
         self._writer: Writer | None = None
         self._open: set[Ticket] = set()  # queued, not sealed yet (a bulk being decided)
+        self._numbering = Numbering()  # the order of re-issue (under the lock)
         self._closed = False
 
     # ---------------------------------------------------------------- deciding (under the lock)
@@ -207,6 +200,7 @@ class LedgerCore:
                 if holder is _NOTHING:
                     continue
                 assert holder is None or isinstance(holder, PendingWrite)
+                intent = self._numbering.number(intent)
                 fmt = self._format.get(intent.key, fmt_for_new) if holder else fmt_for_new
                 line = self._encode(intent) if fmt == "log" else None
             except (PendingWriteHeldError, JournalError) as exc:

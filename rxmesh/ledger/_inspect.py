@@ -27,7 +27,8 @@ def read_journal(directory: str | os.PathLike[str]) -> tuple[PendingWrite, ...]:
     """The intents ``directory`` holds durably, by path (sorted), read without changing it.
 
     A path with an intent in both formats (only after a crash mid-way) counts once, with the
-    newer intent (by ``recorded_at``; the file's on a tie), as a loading ledger keeps it.
+    newer intent (by its sequence, then ``recorded_at``; the file's on a tie), as a loading
+    ledger keeps it.
 
     Raises:
         OSError: the directory cannot be listed or a file cannot be read.
@@ -66,6 +67,6 @@ def read_journal(directory: str | os.PathLike[str]) -> tuple[PendingWrite, ...]:
                 logged[entry.path] = entry
     for key, intent in logged.items():
         other = found.get(key)
-        if other is None or other.recorded_at < intent.recorded_at:
+        if other is None or other.order < intent.order:
             found[key] = intent
     return tuple(found[key] for key in sorted(found))

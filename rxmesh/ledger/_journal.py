@@ -44,7 +44,7 @@ from pydantic import ValidationError
 
 from rxmesh.exceptions import JournalError
 from rxmesh.ledger._directory import DirectoryLost, kind_of, open_private_directory, verify_held
-from rxmesh.ledger._models import CREATE_ORIGINS, VERB_FIELDS, PendingWrite
+from rxmesh.ledger._models import PendingWrite, encoded_without
 
 __all__ = [
     "JOURNAL_FORMAT",
@@ -81,7 +81,7 @@ def journal_file_name(path: str) -> str:
 
 def canonical_intent(intent: PendingWrite) -> str:
     """The canonical JSON of ``intent`` (sorted keys, no spaces): what its checksum covers."""
-    exclude = set(VERB_FIELDS) if intent.origin in CREATE_ORIGINS else None
+    exclude = encoded_without(intent)
     return _canonical_json(intent.model_dump(mode="json", exclude=exclude))
 
 

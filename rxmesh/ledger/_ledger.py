@@ -108,7 +108,7 @@ class PendingWriteLedger(BoundedLedger):
         for intent in logged:
             other = loaded.get(intent.key)
             # Both formats hold the path only after a crash mid-way; the newer intent wins.
-            if other is not None and other[0].recorded_at >= intent.recorded_at:
+            if other is not None and other[0].order >= intent.order:
                 dropped.add(intent.key)
                 continue
             if other is not None:
@@ -116,7 +116,8 @@ class PendingWriteLedger(BoundedLedger):
             loaded[intent.key] = (intent, "log")
         if log.has_segments or dropped:
             log.rewrite(dropped)  # one fresh snapshot segment; the old ones are deleted
-        for intent, fmt in sorted(loaded.values(), key=lambda entry: entry[0].recorded_at):
+        for intent, fmt in sorted(loaded.values(), key=lambda entry: entry[0].order):
+            self._numbering.last = max(self._numbering.last, intent.sequence)
             self._pending[intent.key] = intent
             self._newest[intent.key] = intent
             self._format[intent.key] = fmt
@@ -213,6 +214,7 @@ class PendingWriteLedger(BoundedLedger):
             # With a journal, the writer thread writes it: the caller's wait can then be bounded.
             direct = self._journal is None
             if direct:
+                intent = self._numbering.number(intent)
                 previous = self._pending.get(intent.key)
                 self._pending[intent.key] = intent
                 self._newest[intent.key] = intent
@@ -292,13 +294,13 @@ class PendingWriteLedger(BoundedLedger):
         return results
 
     def take_all(self) -> list[PendingWrite]:
-        """Take every pending intent out for re-issue (oldest first).
+        """Take every pending intent out for re-issue, in the order they were recorded.
 
         Their journal files stay until :meth:`settle`: a crash between the two loses nothing
         (the next process re-issues them again; the request id makes that idempotent).
         """
         with self._lock:
-            intents = sorted(self._pending.values(), key=lambda intent: intent.recorded_at)
+            intents = sorted(self._pending.values(), key=lambda intent: intent.order)
             self._pending.clear()
             for intent in intents:
                 self._in_flight[(intent.key, intent.request_id)] = intent
@@ -412,9 +414,9 @@ class PendingWriteLedger(BoundedLedger):
             return pending if pending is not None and pending.request_id == request_id else None
 
     def pending(self) -> tuple[PendingWrite, ...]:
-        """The intents recorded and not yet taken, oldest first."""
+        """The intents recorded and not yet taken, in the order they were recorded."""
         with self._lock:
-            return tuple(sorted(self._pending.values(), key=lambda intent: intent.recorded_at))
+            return tuple(sorted(self._pending.values(), key=lambda intent: intent.order))
 
     def in_flight(self) -> tuple[PendingWrite, ...]:
         """The intents taken for re-issue and not yet settled."""

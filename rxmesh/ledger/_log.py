@@ -38,7 +38,7 @@ from loguru import logger
 from pydantic import ValidationError
 
 from rxmesh.ledger._journal import CorruptFile, DirectoryLost, Journal, digest
-from rxmesh.ledger._models import CREATE_ORIGINS, VERB_FIELDS, PendingWrite
+from rxmesh.ledger._models import PendingWrite, encoded_without
 
 __all__ = ["COMPACT_AT_BYTES", "LOG_FORMAT", "Log", "encode_del", "encode_put", "segment_name"]
 
@@ -70,7 +70,7 @@ def encode_put(intent: PendingWrite) -> bytes:
     Raises:
         ValueError: a value of the intent is not valid Unicode (a lone surrogate).
     """
-    exclude = set(VERB_FIELDS) if intent.origin in CREATE_ORIGINS else None
+    exclude = encoded_without(intent)
     body = f'{{"op":"put","intent":{intent.model_dump_json(exclude=exclude)}}}'
     return f"{digest(body)} {body}\n".encode()
 

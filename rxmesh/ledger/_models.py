@@ -16,9 +16,11 @@ __all__ = [
     "CREATE_ORIGINS",
     "VERB_FIELDS",
     "LedgerStatistics",
+    "Numbering",
     "Origin",
     "PendingWrite",
     "PendingWriteOutcome",
+    "encoded_without",
 ]
 
 Origin = Literal["create", "create_nodes", "update", "delete", "move"]
@@ -27,6 +29,28 @@ Origin = Literal["create", "create_nodes", "update", "delete", "move"]
 CREATE_ORIGINS = frozenset({"create", "create_nodes"})
 VERB_FIELDS = frozenset({"expected_version", "expected_request_id", "target"})
 """The fields only an update's, delete's or move's intent sets; a create's is encoded without."""
+
+
+class Numbering:
+    """A ledger's sequence: the number the next intent it records is given (monotonic; past the
+    journal's highest once it is loaded). Used under the ledger's lock."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def number(self, intent: PendingWrite) -> PendingWrite:
+        """``intent`` with the next sequence: the order of re-issue of one path's intents."""
+        self.last += 1
+        return intent.model_copy(update={"sequence": self.last})
+
+
+def encoded_without(intent: PendingWrite) -> set[str] | None:
+    """The fields an intent's journal encoding leaves out: a create's verb fields, and a
+    sequence of 0 (so an intent of an older journal is encoded byte for byte as it was)."""
+    left = set(VERB_FIELDS) if intent.origin in CREATE_ORIGINS else set()
+    if intent.sequence == 0:
+        left.add("sequence")
+    return left or None
 
 
 def _now() -> datetime:
@@ -51,6 +75,11 @@ class PendingWrite(BaseModel):
             move's source) the request was based on. Its re-issue is a compare-and-set on it.
         expected_request_id: with it, the request id of the write that produced that version.
         target: a move's target path.
+        sequence: the order the ledger recorded it in (assigned by the ledger when it records
+            it, kept in the journal, monotonic across restarts of the journal); intents of one
+            path are re-issued in this order, never by ``recorded_at`` (a wall clock can step
+            back). 0: an intent of a journal written before sequences (ordered by
+            ``recorded_at``, before every sequenced one).
 
     An intent of format 1 or of an older log carries no verb fields: it is a create (the fields
     default to a create's). A create's intent is encoded without them, byte for byte as before.
@@ -67,6 +96,7 @@ class PendingWrite(BaseModel):
     expected_version: int | None = Field(default=None, ge=1)
     expected_request_id: str | None = Field(default=None, min_length=1, max_length=128)
     target: NodePath | None = None
+    sequence: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _verb_fields(self) -> PendingWrite:
@@ -77,6 +107,26 @@ class PendingWrite(BaseModel):
         ):
             raise ValueError("a create's intent has no expected version")
         return self
+
+    @property
+    def order(self) -> tuple[int, datetime]:
+        """The key intents are re-issued in: the ledger's sequence (``recorded_at`` orders only
+        the unsequenced intents of an older journal, among themselves)."""
+        return self.sequence, self.recorded_at
+
+    def __eq__(self, other: object) -> bool:
+        """The same intent, whatever sequence each copy was given (the ledger numbers the copy
+        it records; the caller keeps the one it built)."""
+        if self is other:
+            return True
+        if not isinstance(other, PendingWrite):
+            return NotImplemented
+        mine, theirs = dict(self.__dict__), dict(other.__dict__)
+        del mine["sequence"], theirs["sequence"]
+        return mine == theirs
+
+    def __hash__(self) -> int:
+        return hash((self.key, self.request_id))
 
     @property
     def path(self) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections import deque
 from types import TracebackType
 from typing import Protocol
 
@@ -16,6 +15,7 @@ from rxmesh.ledger._jetstream import JetStreamLedger
 from rxmesh.ledger._journal import JournalError
 from rxmesh.ledger._ledger import PendingWriteLedger
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
+from rxmesh.ledger._order import PathOrder
 from rxmesh.ledger._publish import reissued
 from rxmesh.ledger._verbs import Answer, VerbMesh, confirm_path, confirmed, outcome_of
 from rxmesh.ledger._verbs import reissue as reissue_of
@@ -76,12 +76,15 @@ class PendingWriteRecovery:
     AccessContext, request id and basis, marked ``reissued_after_unavailable``. Each settles as
     exactly one verdict on ``ledger.outcomes``. No timer, no poll: while the store stays away
     nothing arrives and nothing is re-issued. Intents taken are not taken again by evidence that
-    arrives while they are in flight.
+    arrives while they are in flight. The intents of one path (a move's: its source's and its
+    target's) are re-issued one after another, in the order they were recorded (the ledger's
+    sequence, never a wall clock): a delete and a create of one path land as they were asked.
+    Different paths are re-issued concurrently.
 
     Args:
         mesh: the mesh (its ``store.answers_again`` and ``create_node``).
         ledger: the ledger the mesh records into.
-        max_concurrent: re-issues in flight at once (the rest queue).
+        max_concurrent: re-issues in flight at once, over all paths (the rest queue).
         scheduler: passed to each re-issue's subscription.
 
     Example::
@@ -105,7 +108,10 @@ class PendingWriteRecovery:
         self._max_concurrent = max_concurrent
         self._scheduler = scheduler
         self._lock = threading.RLock()
-        self._queue: deque[PendingWrite] = deque()
+        # Per path, its taken intents in the order they were recorded: only the head of every
+        # chain it is in (a move: its source's and its target's) may run. Different paths run
+        # concurrently, up to max_concurrent.
+        self._order = PathOrder()
         self._active: dict[int, _Reissue] = {}
         self._pumping = False
         self._started = False
@@ -123,7 +129,7 @@ class PendingWriteRecovery:
     def reissuing(self) -> int:
         """Intents taken and not settled yet (in flight or queued)."""
         with self._lock:
-            return len(self._active) + len(self._queue)
+            return len(self._active) + self._order.queued
 
     @property
     def failure(self) -> BaseException | None:
@@ -164,9 +170,8 @@ class PendingWriteRecovery:
             evidence = self._evidence
             self._settlements.dispose()
             abandoned = list(self._active.values())
-            queued = list(self._queue)
+            queued = self._order.clear([reissue.intent for reissue in abandoned])
             self._active.clear()
-            self._queue.clear()
         evidence.dispose()
         for reissue in abandoned:
             reissue.disposable.dispose()
@@ -194,7 +199,8 @@ class PendingWriteRecovery:
             if self._disposed:
                 return
             intents = self._ledger.take_all()
-            self._queue.extend(intents)
+            for intent in intents:
+                self._order.add(intent)
         if intents:
             logger.bind(evidence=type(evidence).__name__, source=evidence.source).info(
                 "store {} answers again ({}); re-issuing {} pending write(s)",
@@ -212,7 +218,8 @@ class PendingWriteRecovery:
             if self._disposed:
                 return
             intents = self._ledger.take_all()
-            self._queue.extend(intents)
+            for intent in intents:
+                self._order.add(intent)
         if intents:
             logger.info(
                 "re-issuing {} pending write(s) taken over from a dead replica", len(intents)
@@ -262,13 +269,14 @@ class PendingWriteRecovery:
                 with self._lock:
                     if (
                         self._disposed
-                        or not self._queue
+                        or not self._order.ready
                         or len(self._active) >= self._max_concurrent
                     ):
                         self._pumping = False
                         return
-                    intent = self._queue.popleft()
+                    intent = self._order.take()
                     if self._ledger.outstanding(intent.key, intent.request_id) != intent:
+                        self._order.release(intent)
                         continue  # settled while queued (the caller's own re-issue was answered)
                     reissue = _Reissue(intent)
                     self._active[id(reissue)] = reissue
@@ -371,6 +379,7 @@ class PendingWriteRecovery:
             if reissue.answered or self._active.pop(id(reissue), None) is None:
                 return False
             reissue.answered = True
+            self._order.release(reissue.intent)
             return True
 
     def _finish(self, reissue: _Reissue, outcome: PendingWriteOutcome) -> None:
@@ -401,3 +410,4 @@ class PendingWriteRecovery:
             reissue.intent.path,
             error,
         )
+

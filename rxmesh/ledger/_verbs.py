@@ -134,8 +134,9 @@ def confirm_path(intent: PendingWrite) -> str:
 def confirmed(intent: PendingWrite, response: Answer, row: MeshNode | None) -> PendingWriteOutcome:
     """Settle a re-issue whose write may have landed by the row at :func:`confirm_path`.
 
-    A row carrying this request's id is LANDED (its write did land: a create, an update, a
-    move's target). A delete whose node is gone is ALREADY_ABSENT. Another request's row of a
+    A row this request wrote is LANDED (its id on the row; for an update or a move, at the
+    version after its basis: a create of the same id leaves its id too). A delete whose node is
+    gone is ALREADY_ABSENT. Another request's row of a
     create is ALREADY_PRESENT. Otherwise the answer's own verdict (DROPPED with its reason).
     """
     note = "(confirmed by a read: the re-issue's reply was lost)"
@@ -145,7 +146,7 @@ def confirmed(intent: PendingWrite, response: Answer, row: MeshNode | None) -> P
                 intent=intent, verdict=Verdict.ALREADY_ABSENT, detail=f"the node is gone {note}"
             )
         return outcome_of(intent, response)
-    if row is not None and row.request_id == intent.request_id:
+    if row is not None and _written_by(intent, row):
         return PendingWriteOutcome(
             intent=intent, verdict=Verdict.LANDED, detail=f"written by this request {note}"
         )
@@ -157,3 +158,11 @@ def confirmed(intent: PendingWrite, response: Answer, row: MeshNode | None) -> P
             detail="another request's node is at that path",
         )
     return outcome_of(intent, response)
+
+
+def _written_by(intent: PendingWrite, row: MeshNode) -> bool:
+    if row.request_id != intent.request_id:
+        return False
+    if intent.verb in ("update", "move") and intent.expected_version is not None:
+        return row.version == intent.expected_version + 1
+    return True

@@ -148,7 +148,7 @@ class _CreateAttempt(AttemptSteps[CreateNodeResponse]):
         node = await job._create(req, self._facts)
         job._core.created.on_next(node)
         response = CreateNodeResponse.created(req.request_id, node)
-        job._pending.settle_by_answer(req, node.path, response)
+        job._pending.settle_by_answer(req, req.node, response)
         return response
 
     async def _record(self) -> tuple[str, dict[str, object]]:
@@ -160,4 +160,4 @@ class _CreateAttempt(AttemptSteps[CreateNodeResponse]):
         return outcome.note, {"recorded_for_reissue": outcome.recorded}
 
     def _settle(self, response: CreateNodeResponse) -> None:
-        self._job._pending.settle_by_answer(self._req, self._req.node.path, response)
+        self._job._pending.settle_by_answer(self._req, self._req.node, response)

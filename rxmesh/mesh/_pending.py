@@ -3,9 +3,10 @@ moment the same request is answered by the store.
 
 Recording can never prevent the answer: whatever it raises is logged and told in the answer's
 text (and the response's ``recorded_for_reissue`` / ``not_recorded`` fields). An intent is a
-promise to re-issue a request that got no answer: once the same request (path and request id) is
-answered — created, or judged — the promise is kept and the intent settled, so a later re-issue
-cannot resurrect a node the caller deleted meanwhile (issue 20).
+promise to re-issue a request that got no answer: once the same request (its requester, path,
+request id and verb) is answered — created, or judged — the promise is kept and the intent
+settled, so a later re-issue cannot resurrect a node the caller deleted meanwhile (issue 20).
+Anyone else's answer, whatever request id it carries, settles nothing.
 """
 
 from __future__ import annotations
@@ -33,10 +34,15 @@ from rxmesh.operations import (
     CreateNodeResponse,
     CreateNodesRequest,
     CreateNodesResponse,
+    DeleteNodeRequest,
+    MoveNodeRequest,
     RejectionReason,
+    UpdateNodeRequest,
 )
 
-__all__ = ["PendingWrites", "Recorded"]
+__all__ = ["PendingWrites", "Recorded", "requester_of"]
+
+_VerbRequest = UpdateNodeRequest | DeleteNodeRequest | MoveNodeRequest
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,13 @@ _OFF = Recorded(
 )
 
 
+def requester_of(access: AccessContext | None, node: MeshNode | None) -> str:
+    """Who an intent is recorded for (and whose own re-issue alone settles it)."""
+    if access is not None:
+        return access.user
+    return (node.created_by if node is not None else None) or "unknown"
+
+
 class PendingWrites:
     """One mesh's recording and settling of pending writes, over its ledger."""
 
@@ -76,9 +89,12 @@ class PendingWrites:
         request_id: str,
         origin: Literal["create", "create_nodes"],
     ) -> PendingWrite:
-        requester = access.user if access is not None else (node.created_by or "unknown")
         return PendingWrite(
-            node=node, requester=requester, access=access, request_id=request_id, origin=origin
+            node=node,
+            requester=requester_of(access, node),
+            access=access,
+            request_id=request_id,
+            origin=origin,
         )
 
     def _refused(
@@ -164,25 +180,40 @@ class PendingWrites:
     def settle_by_answer(
         self,
         req: CreateNodeRequest | CreateNodesRequest,
-        path: str,
+        node: MeshNode,
         response: CreateNodeResponse,
     ) -> None:
         """The caller's own re-issue of a recorded request was answered: settle the intent now.
 
         An intent is a promise to re-issue a request that got no answer. Once the same request
-        (same path and request id) is answered by the store — created, or judged — that promise is
-        kept; re-issuing it later could resurrect a node the caller deleted meanwhile (issue 20).
-        The recovery's own re-issues settle themselves.
+        (same requester, path, request id and verb) is answered by the store — created, or
+        judged — that promise is kept; re-issuing it later could resurrect a node the caller
+        deleted meanwhile (issue 20). Anyone else's answer settles nothing, whatever request id
+        it carries. The recovery's own re-issues settle themselves.
         """
         if not req.reissued_after_unavailable:
-            self.settle_key_by_answer(path, req.request_id, response)
+            first = req.node if isinstance(req, CreateNodeRequest) else req.nodes[0]
+            self.settle_key_by_answer(node.path, req, node, response, first=first)
 
-    def settle_key_by_answer(self, key: str, request_id: str, response: Answer) -> None:
-        """:meth:`settle_by_answer` for the intent with ``key`` (:attr:`PendingWrite.key`): an
-        update's, delete's or move's own re-issue by the caller settles it the same way."""
-        intent = self._core.ledger.outstanding(key, request_id)
+    def settle_key_by_answer(
+        self,
+        key: str,
+        req: CreateNodeRequest | CreateNodesRequest | _VerbRequest,
+        node: MeshNode | None,
+        response: Answer,
+        *,
+        first: MeshNode | None = None,
+    ) -> None:
+        """:meth:`settle_by_answer` for the intent with ``key`` (:attr:`PendingWrite.key`: the
+        path and the verb): an update's, delete's or move's own re-issue by the caller settles it
+        the same way. ``node``: the request's node (``None``: a delete's or move's); ``first``:
+        the node its requester is resolved with, when not ``node`` (a bulk's first)."""
+        intent = self._core.ledger.outstanding(key, req.request_id)
         if intent is None:
             return
+        access = self._core.requester_or_none(req.access, first or node)
+        if intent.requester != requester_of(access, node):
+            return  # another requester's request: it answers for itself, never for this intent
         outcome = outcome_of(intent, response)
         outcome = outcome.model_copy(
             update={"detail": f"{outcome.detail} (the caller's own re-issue was answered)".strip()}
@@ -216,7 +247,7 @@ class PendingWrites:
                 )
             else:
                 continue
-            self.settle_by_answer(req, node.path, answer)
+            self.settle_by_answer(req, node, answer)
 
     async def record_bulk(
         self, req: CreateNodesRequest, not_created: tuple[MeshNode, ...]

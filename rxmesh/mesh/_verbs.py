@@ -31,6 +31,7 @@ from rxmesh.exceptions import (
 from rxmesh.ledger import PendingWrite
 from rxmesh.mesh._answer import Attempt, AttemptFacts, AttemptSteps
 from rxmesh.mesh._job import Job
+from rxmesh.mesh._pending import requester_of
 from rxmesh.model import MeshNode, partition_of, validate_path
 from rxmesh.operations import (
     DeleteNodeRequest,
@@ -51,6 +52,7 @@ class VerbFacts(AttemptFacts):
 
     basis: _Basis | None = None
     already_absent: bool = False
+    unread: str = "its read of the node"  # the read whose failure leaves the basis unknown
 
 
 _Run = Callable[[VerbFacts], Awaitable[MeshNode | None]]
@@ -61,10 +63,13 @@ _VERB: dict[type[_Request], str] = {
 }
 _DOING = {"update": "updating", "delete": "deleting", "move": "moving"}
 _Intent = Callable[[_Basis], PendingWrite]
+_FACTS_READ = "the read of the partition's access facts"
 
 
 def _conflict(path: str, basis: _Basis, version: int | None) -> NodeVersionConflictError:
     now = "gone" if version is None else f"at version {version}"
+    if version == basis[0]:
+        now += " written by another request"
     return NodeVersionConflictError(
         f"another write came first: the request was based on version {basis[0]} of '{path}', "
         f"which is now {now}; nothing was changed. Read the node again and decide.",
@@ -73,15 +78,44 @@ def _conflict(path: str, basis: _Basis, version: int | None) -> NodeVersionConfl
 
 
 def _basis(req: _Request, row: MeshNode) -> _Basis:
-    """What ``req`` is based on: its expected version, else the row its attempt read."""
-    if req.expected_version is not None:
-        return req.expected_version, req.expected_request_id
-    return row.version, row.request_id
+    """What ``req`` is based on: its expected version, else the row its attempt read.
+
+    An expected version without the request id that produced it takes that id from the row the
+    attempt read at that version: the basis then names the write, so a node deleted and created
+    again at the same version by another request is never taken for it. A re-issue's basis is
+    the one recorded, never completed from a later read (that row may be the other request's).
+    """
+    expected = req.expected_version
+    if expected is None:
+        return row.version, row.request_id
+    if (
+        req.expected_request_id is None
+        and not req.reissued_after_unavailable
+        and row.version == expected
+    ):
+        return expected, row.request_id
+    return expected, req.expected_request_id
 
 
 def _check(path: str, basis: _Basis, row: MeshNode) -> None:
-    if row.version != basis[0] or (basis[1] is not None and row.request_id != basis[1]):
+    """The row is the basis: its version, and the write that produced it (a basis that does not
+    name one matches only a row that names none)."""
+    if row.version != basis[0] or row.request_id != basis[1]:
         raise _conflict(path, basis, row.version)
+
+
+def landed_here(request_id: str, row: MeshNode, expected_version: int | None) -> bool:
+    """Whether ``row`` is what this request's own update or move wrote (an earlier attempt).
+
+    The row's request id alone does not say it: a create leaves its id on the row too, and an id
+    may be reused. An update or move writes the version after its basis (with a basis, exactly
+    that one; without, never version 1, which only a create writes).
+    """
+    if row.request_id != request_id:
+        return False
+    if expected_version is not None:
+        return row.version == expected_version + 1
+    return row.version > 1
 
 
 class Verbs(Job):
@@ -102,7 +136,7 @@ class Verbs(Job):
 
         def build(basis: _Basis) -> PendingWrite:
             access = core.requester_or_none(req.access, node)
-            requester = access.user if access is not None else (node.created_by or "unknown")
+            requester = requester_of(access, node)
             return PendingWrite.model_validate(
                 {
                     "node": node,
@@ -132,12 +166,16 @@ class Verbs(Job):
                 if req.expected_version is not None:
                     raise _conflict(node.path, _basis(req, node), None)
                 raise NodeValidationError(missing, path=node.path)
+            landed = landed_here(req.request_id, row, req.expected_version)
+            if not landed:  # read: the basis is known, whatever fails after this
+                facts.basis = _basis(req, row)
+            facts.unread = _FACTS_READ
             await self._partitions.authorise(
                 node.partition, access, "update", creating=node.path, absent=missing
             )
-            if row.request_id == req.request_id:
+            if landed:
                 return row  # this request's update did land (an earlier attempt)
-            basis = facts.basis = _basis(req, row)
+            basis = _basis(req, row)
             _check(node.path, basis, row)
             core.validate_content(node, access)
             try:
@@ -165,9 +203,11 @@ class Verbs(Job):
         async def run(facts: VerbFacts) -> MeshNode | None:
             access = core.requester(req.access, None)
             missing = f"no node at '{path}' to delete"
+            facts.unread = f"{_FACTS_READ}, before the node was read"
             await self._partitions.authorise(
                 partition_of(path), access, "delete", creating=path, absent=missing
             )
+            facts.unread = "its read of the node"
             row: MeshNode | None = await core.ask("read", path)
             if row is not None:
                 basis = facts.basis = _basis(req, row)
@@ -201,13 +241,15 @@ class Verbs(Job):
             access = core.requester(req.access, None)
             source_partition, target_partition = partition_of(source), partition_of(target)
             missing = f"no node at '{source}' to move"
+            facts.unread = f"{_FACTS_READ}, before the node was read"
             await self._partitions.authorise(
                 source_partition, access, "move", creating=target, absent=missing
             )
+            facts.unread = "its read of the node"
             row: MeshNode | None = await core.ask("read", source)
             if row is None:
                 there: MeshNode | None = await core.ask("read", target)
-                if there is not None and there.request_id == req.request_id:
+                if there is not None and landed_here(req.request_id, there, req.expected_version):
                     return there  # this request's move did land (an earlier attempt)
                 if req.expected_version is None:
                     raise NodeValidationError(missing, path=source)
@@ -276,13 +318,21 @@ class _VerbAttempt(AttemptSteps[NodeOperationResponse]):
         if req.reissued_after_unavailable:  # a re-issue is never recorded again
             return "", {}
         basis = self._facts.basis
-        if basis is None and req.expected_version is not None:
+        if basis is None and req.expected_version is not None and req.expected_request_id:
             basis = (req.expected_version, req.expected_request_id)
+        if basis is None and req.expected_version is not None:
+            return (
+                " It will not be re-issued by rxmesh: the write that produced version "
+                f"{req.expected_version} is unknown (the store did not answer "
+                f"{self._facts.unread}); re-issue it yourself with expected_version once the "
+                "store answers again.",
+                {},
+            )
         if basis is None:
             return (
                 " It will not be re-issued by rxmesh: the version it was based on is "
-                "unknown (the store did not answer its read); re-issue it yourself with "
-                "expected_version once the store answers again.",
+                f"unknown (the store did not answer {self._facts.unread}); re-issue it "
+                "yourself with expected_version once the store answers again.",
                 {},
             )
         recorded = await self._job._pending.record_intent(
@@ -293,4 +343,6 @@ class _VerbAttempt(AttemptSteps[NodeOperationResponse]):
     def _settle(self, response: NodeOperationResponse) -> None:
         if self._req.reissued_after_unavailable:
             return
-        self._job._pending.settle_key_by_answer(self._key, self._req.request_id, response)
+        req = self._req
+        node = req.node if isinstance(req, UpdateNodeRequest) else None
+        self._job._pending.settle_key_by_answer(self._key, req, node, response)

@@ -19,7 +19,7 @@ from reactivex.disposable import Disposable
 from rxmesh.exceptions import StoreConflictError, StoreVersionConflictError
 from rxmesh.model import MeshNode, NodeChange, partition_of
 
-__all__ = ["MemoryVerbs", "WriteAttempt", "cold", "version_conflict"]
+__all__ = ["MemoryVerbs", "WriteAttempt", "cold", "own_write", "version_conflict"]
 
 _T = TypeVar("_T")
 
@@ -74,6 +74,20 @@ def version_conflict(
         actual_request_id=None if existing is None else existing.request_id,
         store=store,
     )
+
+
+def own_write(row: MeshNode, request_id: str, expected_version: int | None) -> bool:
+    """Whether ``row`` is what an update or move with ``request_id`` wrote (an earlier try).
+
+    The id alone does not say it: a create leaves its id on the row too (version 1), and an id
+    may be reused. An update or move writes the version after its basis: with a basis exactly
+    that one, without one never version 1.
+    """
+    if row.request_id != request_id:
+        return False
+    if expected_version is not None:
+        return row.version == expected_version + 1
+    return row.version > 1
 
 
 class MemoryVerbs:
@@ -155,7 +169,7 @@ class MemoryVerbs:
             existing = self._get(node.path)
             if existing is None:
                 return None
-            if request_id is not None and existing.request_id == request_id:
+            if request_id is not None and own_write(existing, request_id, expected_version):
                 return existing  # this request's update did land: not a new commit
             self._check_basis(node.path, existing, expected_version, expected_request_id)
             changed: dict[str, object] = {
@@ -258,7 +272,11 @@ class MemoryVerbs:
             existing = self._get(source)
             taken = self._get(target)
             if existing is None:
-                if taken is not None and request_id is not None and taken.request_id == request_id:
+                if (
+                    taken is not None
+                    and request_id is not None
+                    and own_write(taken, request_id, expected_version)
+                ):
                     return taken  # this request's move did land
                 return None
             self._check_basis(source, existing, expected_version, expected_request_id)

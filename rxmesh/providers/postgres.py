@@ -2051,6 +2051,16 @@ class PostgresStore:
     # condition is in the statement's WHERE, so it holds at the row lock; when no row matched, one
     # read of the row says why (absent, this request's own landed write, or a conflict).
 
+    @staticmethod
+    def _own_write(row: asyncpg.Record, request_id: str, expected_version: int | None) -> bool:
+        """Whether ``row`` is what an update or move with ``request_id`` wrote (an earlier try):
+        the version after its basis (without one, never version 1, which a create writes)."""
+        if row["request_id"] != request_id:
+            return False
+        if expected_version is not None:
+            return bool(row["version"] == expected_version + 1)
+        return bool(row["version"] > 1)
+
     def _version_conflict(
         self, path: str, expected_version: int, row: asyncpg.Record | None
     ) -> StoreVersionConflictError:
@@ -2104,7 +2114,10 @@ class PostgresStore:
                     " version = version + 1, request_id = COALESCE($6::text, request_id)"
                     " WHERE path = $1 AND ($4::bigint IS NULL OR version = $4)"
                     " AND ($5::text IS NULL OR request_id = $5)"
-                    " AND ($6::text IS NULL OR request_id IS DISTINCT FROM $6)"
+                    # Its own landed update (same id, a version only an update writes) is not
+                    # applied again; a create's row with the same id is.
+                    " AND ($6::text IS NULL OR $4::bigint IS NOT NULL"
+                    " OR request_id IS DISTINCT FROM $6 OR version = 1)"
                     f" RETURNING {_COLUMNS}",
                     node.path,
                     node.node_type,
@@ -2124,7 +2137,7 @@ class PostgresStore:
                 return None
             if current is None:
                 return None
-            if request_id is not None and current["request_id"] == request_id:
+            if request_id is not None and self._own_write(current, request_id, expected_version):
                 return _node_from_row(current)  # this request's update did land
             assert expected_version is not None  # else the UPDATE matched the row
             raise self._version_conflict(node.path, expected_version, current)
@@ -2216,7 +2229,9 @@ class PostgresStore:
             row = await conn.fetchrow(
                 f"SELECT {_COLUMNS} FROM {target_table} WHERE path = $1", target
             )
-            return _node_from_row(row) if row and row["request_id"] == request_id else None
+            if row is None or not self._own_write(row, request_id, expected_version):
+                return None
+            return _node_from_row(row)
 
         async def work(conn: _Connection) -> MeshNode | None:
             if target_partition not in self._ensured:

@@ -246,8 +246,14 @@ async def test_without_a_known_basis_nothing_is_recorded_and_the_answer_says_so(
     assert not answer.recorded_for_reissue
     assert "will not be re-issued" in (answer.error or "")
     assert mesh.ledger.pending() == ()
-    # with an expected version the request carries its own basis: recorded
+    assert "its read of the node" in (answer.error or "")
+    # an expected version alone does not name the write that produced it (issue 31 item 3):
+    # the re-issue could be applied to a node created again at that version; not recorded
     answer = await send(mesh, request("update", expected_version=1))
+    assert not answer.recorded_for_reissue, answer
+    assert "the write that produced version 1 is unknown" in (answer.error or "")
+    # with the request id of that write too, the request carries its whole basis: recorded
+    answer = await send(mesh, request("update", expected_version=1, expected_request_id="r-1"))
     assert answer.recorded_for_reissue, answer
     mesh.dispose()
 

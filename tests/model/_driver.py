@@ -27,6 +27,7 @@ from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
 
 from ._harness import (
+    CURRENT,
     LADDER,
     PARTITIONS,
     PATHS,
@@ -53,8 +54,11 @@ class Op:
     """One request of a batch. ``verb``: create, bulk, update, delete, move, grant, revoke,
     resend (``back`` picks the request sent ``back`` sends ago, verbatim), again (the same, over
     creates and bulks only), retry (the caller's re-issue, verbatim, of its latest request
-    answered UNAVAILABLE) or undo (the requester of the ``back``-th latest create deletes its
-    node; of a bulk, its ``which``-th node)."""
+    answered UNAVAILABLE), undo (the requester of the ``back``-th latest create deletes its
+    node; of a bulk, its ``which``-th node), steal (``user`` sends a copy of the ``back``-th
+    latest request, with its request id, as their own) or reuse (the requester of the
+    ``back``-th latest create updates its node with the create's request id). An update, delete
+    or move with ``which`` 1 names ``expected_version=1`` (no request id)."""
 
     verb: str
     user: str = "system"
@@ -76,6 +80,12 @@ class Op:
             return f"again({self.back})"
         if self.verb == "undo":
             return f"undo({self.back}, {self.which})"
+        if self.verb == "steal":
+            return f"steal({self.user!r}, {self.back})"
+        if self.verb == "reuse":
+            return f"reuse({self.back})"
+        if self.which and self.verb in ("update", "delete", "move"):
+            return f"{self.verb}({self.user!r}, {', '.join(map(repr, self.paths))}, v1)"
         if self.verb == "grant":
             return f"grant({self.paths[0]!r}, {self.grantee!r}, {list(self.perms)!r})"
         if self.verb == "revoke":
@@ -126,6 +136,14 @@ def retry() -> Op:
 
 def undo(back: int = 0, which: int = 0) -> Op:
     return Op("undo", back=back, which=which)
+
+
+def steal(user: str, back: int = 0) -> Op:
+    return Op("steal", user, back=back)
+
+
+def reuse(back: int = 0) -> Op:
+    return Op("reuse", back=back)
 
 
 @dataclass(frozen=True)
@@ -199,7 +217,7 @@ class Driver:
         self.serial = 0
         self._verdicts = self.mesh.ledger.outcomes.subscribe(
             lambda outcome: self.recorder.events.append(
-                Event("verdict", self.recorder.index, outcome=outcome)
+                Event("verdict", self.recorder.index, outcome=outcome, attempt=CURRENT.get())
             )
         )
 
@@ -274,6 +292,31 @@ class Driver:
         ]
         if op.verb == "again":
             return made[max(0, len(made) - 1 - op.back)] if made else None
+        if op.verb == "steal":
+            theirs = [
+                r
+                for r in self.sent
+                if r.access is not None and not r.access.is_system and r.access.user != op.user
+            ]
+            if not theirs:
+                return None
+            origin = theirs[max(0, len(theirs) - 1 - op.back)]
+            req = origin.model_copy(update={"access": access, **_altered(origin, self.serial)})
+            self.sent.append(req)
+            return req
+        if op.verb == "reuse":
+            single = [r for r in made if isinstance(r, CreateNodeRequest)]
+            if not single:
+                return None
+            origin = single[max(0, len(single) - 1 - op.back)]
+            assert isinstance(origin, CreateNodeRequest)
+            req = UpdateNodeRequest(
+                node=_doc(origin.node.path, {"u": self.serial}),
+                access=origin.access,
+                request_id=origin.request_id,
+            )
+            self.sent.append(req)
+            return req
         if op.verb == "undo":
             if not made:
                 return None
@@ -288,11 +331,15 @@ class Driver:
             nodes = tuple(_doc(p, {"v": self.serial, "i": i}) for i, p in enumerate(op.paths))
             req = CreateNodesRequest(nodes=nodes, access=access)
         elif op.verb == "update":
-            req = UpdateNodeRequest(node=_doc(op.paths[0], {"u": self.serial}), access=access)
+            req = UpdateNodeRequest(
+                node=_doc(op.paths[0], {"u": self.serial}), access=access, **_basis(op)
+            )
         elif op.verb == "delete":
-            req = DeleteNodeRequest(path=op.paths[0], access=access)
+            req = DeleteNodeRequest(path=op.paths[0], access=access, **_basis(op))
         elif op.verb == "move":
-            req = MoveNodeRequest(source=op.paths[0], target=op.paths[1], access=access)
+            req = MoveNodeRequest(
+                source=op.paths[0], target=op.paths[1], access=access, **_basis(op)
+            )
         elif op.verb == "grant":
             node = MeshNode(
                 path=grant_path(op.paths[0], op.grantee),
@@ -464,3 +511,17 @@ class Driver:
 
 def _doc(path: str, content: dict[str, Any]) -> MeshNode:
     return MeshNode(path=path, node_type="Doc", content=content)
+
+
+def _basis(op: Op) -> dict[str, Any]:
+    return {"expected_version": 1} if op.which else {}
+
+
+def _altered(origin: Request, serial: int) -> dict[str, Any]:
+    """A stolen request's own content (its paths and request id are the victim's)."""
+    if isinstance(origin, CreateNodeRequest | UpdateNodeRequest):
+        return {"node": origin.node.model_copy(update={"content": {"stolen": serial}})}
+    if isinstance(origin, CreateNodesRequest):
+        stolen = {"content": {"stolen": serial}}
+        return {"nodes": tuple(n.model_copy(update=stolen) for n in origin.nodes)}
+    return {}

@@ -90,6 +90,15 @@ INVARIANTS: dict[str, str] = {
     "ledger-drains": "after a final restore and a gap the ledger drains",
     "no-heal-after-failed-read": "no heal after a failed read: a partition record is written "
     "only after a clean read of that partition showed it absent",
+    "requester-bound": "an intent is settled by a caller's answer only when that caller is its "
+    "requester, with its verb (and its path and request id): anyone else's answer settles nothing",
+    "path-order": "the ledger re-issues the intents of one path one after another (never two "
+    "at once), in the order they were recorded",
+    "basis-named": "a re-issue based on a version is applied only to the row that version "
+    "names: that version, written by the write the basis names (none named matches none)",
+    "update-applied": "a successful update's content was on its row while it was in flight, "
+    "unless an update of its request id had landed: an update reusing the create's request id "
+    "is applied, not taken for its own landing",
 }
 
 
@@ -262,6 +271,8 @@ class Attempt:
     end: int | None = None
     answers: list[Response] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
+    opened: int = 0  # when it was subscribed, and answered: on one counter of the mesh
+    closed: int | None = None
 
     def __repr__(self) -> str:
         who = "ledger re-issue" if self.by_ledger else "request"
@@ -479,6 +490,7 @@ class TracedMesh(Mesh):
     def __init__(self, store: RecordingStore, **options: Any) -> None:
         self.recorder = store
         self.attempts: list[Attempt] = []
+        self.ticks = itertools.count()
         super().__init__(store, **options)
 
     def _traced(
@@ -491,11 +503,13 @@ class TracedMesh(Mesh):
             attempt = Attempt(
                 len(self.attempts), kind, request, user, by_ledger, self.recorder.index, label
             )
+            attempt.opened = next(self.ticks)
             self.attempts.append(attempt)
 
             def on_next(value: _T) -> None:
                 attempt.answers.append(value)  # type: ignore[arg-type]
                 attempt.end = self.recorder.index
+                attempt.closed = next(self.ticks)
                 self.recorder.events.append(
                     Event(
                         "answer",
@@ -508,11 +522,18 @@ class TracedMesh(Mesh):
 
             token = CURRENT.set(attempt)
             try:
-                return source.subscribe(
+                inner = source.subscribe(
                     on_next, observer.on_error, observer.on_completed, scheduler=scheduler
                 )
             finally:
                 CURRENT.reset(token)
+
+            def dispose() -> None:
+                if attempt.closed is None:  # called off (its intent settled by another answer)
+                    attempt.closed = next(self.ticks)
+                inner.dispose()
+
+            return Disposable(dispose)
 
         return Observable(subscribe)
 
@@ -656,6 +677,7 @@ class Oracle:
         # ledger must not write those (issue 20, bug 4). A later UNAVAILABLE answer that records
         # the request again is the caller asking again: then the ledger may write it.
         self.carried_after: set[tuple[str, str]] = set()
+        self.recorded_order: dict[tuple[str, str], int] = {}  # intent key -> when recorded
         self.seen_events = 0
         self.found: list[InvariantViolation] = []  # this step's violations, raised at its end
         self.failed = False
@@ -693,6 +715,8 @@ class Oracle:
                 self.judge_texts(attempt)
             self.judge_heals(attempt)
         self.judge_writes(recorder, step, events)
+        self.judge_bases(recorder, events)
+        self.judge_path_order(step)
         self.judge_ledger_events(events, recorder.history)
         for call in recorder.calls:
             if call.attempt is None and call.op in WRITES and call.changed:
@@ -766,6 +790,19 @@ class Oracle:
                 already = absent or ever(lambda s: any(n.request_id == rid for n in s.values()))
                 if not mine and not already:
                     self.fail(_fail("success-row", attempt, f"success but no {verb} landed"))
+                if verb == "update":
+                    node: Any = getattr(attempt.request, "node", None)
+                    content = json.dumps(node.content, sort_keys=True)
+                    stored = ever(lambda s: (r := s.get(path)) is not None and r.content == content)
+                    by_update = ever(  # an update of this id landed: its own, sent again
+                        lambda s: (r := s.get(path)) is not None
+                        and r.request_id == rid
+                        and r.version > 1
+                    )
+                    if not stored and not by_update:
+                        self.fail(
+                            _fail("update-applied", attempt, "success, its content never stored")
+                        )
                 if not ever(lambda s: may(s, user, verb, partition_of(path))):
                     self.fail(_fail("success-true", attempt, f"{verb} without the right"))
                 if verb == "move":
@@ -824,14 +861,17 @@ class Oracle:
                 self.fail(_fail("never-unknown", attempt, "UNKNOWN for valid input"))
         elif reason is RejectionReason.VERSION_CONFLICT:
             # True only if another write came first: the node changed (or went) during the
-            # attempt, or — a re-issue — since the basis it was recorded with.
+            # attempt, or — a re-issue — since the basis it was recorded with, or it is not at
+            # the version the request expected.
             def row(s: State) -> tuple[int, str | None] | None:
                 node = s.get(paths[0])
                 return None if node is None else (node.version, node.request_id)
 
             seen = {row(s) for s in states}
+            expected = getattr(attempt.request, "expected_version", None)
+            stale = expected is not None and any(r is None or r[0] != expected for r in seen)
             true = attempt.kind in ("update", "delete", "move") and (
-                attempt.by_ledger or len(seen) > 1 or None in seen
+                attempt.by_ledger or len(seen) > 1 or None in seen or stale
             )
             if not true:
                 self.fail(_fail("refusal-true", attempt, "VERSION_CONFLICT but nothing changed"))
@@ -944,6 +984,46 @@ class Oracle:
             elif not (success and attempt.kind == call.op):
                 self.fail(_fail("unacknowledged-write", attempt, f"{call} changed the store"))
 
+    def judge_bases(self, recorder: RecordingStore, events: Sequence[Event]) -> None:
+        """A re-issued update, delete or move changed only the row its basis names."""
+        for event in events:
+            call = event.call
+            if event.kind != "write" or call is None or call.attempt is None:
+                continue
+            attempt = call.attempt
+            request: Any = attempt.request
+            if not attempt.by_ledger or call.op not in ("update", "delete", "move"):
+                continue
+            path = call.target[0]
+            before = recorder.history[event.index - 1].get(path)
+            named = (request.expected_version, request.expected_request_id)
+            if before is None or (before.version, before.request_id) != named:
+                self.fail(
+                    _fail(
+                        "basis-named",
+                        attempt,
+                        f"{call} applied to {before} on the basis {named}",
+                    )
+                )
+
+    def judge_path_order(self, step: Sequence[Attempt]) -> None:
+        """No two re-issues of one path at once; one path's in the order recorded."""
+        reissues = sorted((a for a in step if a.by_ledger), key=lambda a: a.opened)
+        for index, later in enumerate(reissues):
+            for earlier in reissues[:index]:
+                if not set(_paths_of(earlier)) & set(_paths_of(later)):
+                    continue
+                if earlier.closed is None or earlier.closed > later.opened:
+                    self.fail(
+                        _fail("path-order", later, f"re-issued while {earlier!r} was in flight")
+                    )
+                first = self.recorded_order.get(_intent_key(earlier), -1)
+                second = self.recorded_order.get(_intent_key(later), -1)
+                if first > second >= 0:
+                    self.fail(
+                        _fail("path-order", later, f"re-issued after {earlier!r}, recorded later")
+                    )
+
     def judge_ledger_events(self, events: Sequence[Event], history: Sequence[State]) -> None:
         for event in events:
             if event.kind == "write" and event.call is not None and event.call.attempt is not None:
@@ -978,6 +1058,18 @@ class Oracle:
                 del self.outstanding[key]
                 self.carried_after.discard(key)
                 intent = outcome.intent
+                by = event.attempt
+                if by is not None and not by.by_ledger:
+                    verb = "create" if by.kind == "bulk" else by.kind
+                    if by.user != intent.requester or verb != intent.verb:
+                        self.fail(
+                            _fail(
+                                "requester-bound",
+                                by,
+                                f"settled {key} of {intent.requester} ({intent.verb}): "
+                                f"{outcome.verdict} {outcome.detail}",
+                            )
+                        )
                 if outcome.verdict is Verdict.LANDED and intent.verb == "delete":
                     if history[event.index].get(intent.path) is not None:
                         self.fail(_fail("success-row", None, f"LANDED {key} but the row is there"))
@@ -1024,6 +1116,7 @@ class Oracle:
         for key in recorded:
             self.outstanding.setdefault(key, 0)
             self.carried_after.discard(key)
+            self.recorded_order[key] = len(self.recorded_order)
 
     def judge_drained(self, mesh: TracedMesh) -> None:
         ledger = mesh.ledger
@@ -1037,6 +1130,15 @@ class Oracle:
                     f"recorded without a verdict {sorted(self.outstanding)}",
                 )
             )
+
+
+def _intent_key(attempt: Attempt) -> tuple[str, str]:
+    """The ledger key and request id of the intent a re-issue carries."""
+    request: Any = attempt.request
+    if attempt.kind == "create":
+        return request.node.path, attempt.request_id
+    path = getattr(request, "source", None) or getattr(request, "path", None)
+    return f"{path or request.node.path} {attempt.kind}", attempt.request_id
 
 
 def recorder_attempts(events: Sequence[Event]) -> list[Attempt]:

@@ -58,15 +58,24 @@ def _ops(focus: str, second: str) -> st.SearchStrategy[Op]:
         st.sampled_from((0, 0, 1, 2)),
         st.integers(0, 2),
     )
+    steal = st.builds(lambda back: Op("steal", "carol", back=back), st.sampled_from((0, 0, 1)))
+    reuse = st.builds(lambda back: Op("reuse", back=back), st.sampled_from((0, 0, 1)))
+    versioned = st.sampled_from((0, 0, 1))  # 1: expected_version=1, no request id
     return st.one_of(
         create,
         create,
         bulk,
         bulk,
-        st.builds(lambda u, p: Op("update", u, (p,)), st.sampled_from(ANYONE), path),
+        st.builds(
+            lambda u, p, w: Op("update", u, (p,), which=w), st.sampled_from(ANYONE), path, versioned
+        ),
+        st.builds(
+            lambda u, p, w: Op("delete", u, (p,), which=w), st.sampled_from(ANYONE), path, versioned
+        ),
         st.builds(lambda u, p: Op("delete", u, (p,)), st.sampled_from(ANYONE), path),
-        st.builds(lambda u, p: Op("delete", u, (p,)), st.sampled_from(ANYONE), path),
-        st.builds(lambda u, p: Op("move", u, p), st.sampled_from(ANYONE), pair()),
+        st.builds(
+            lambda u, p, w: Op("move", u, p, which=w), st.sampled_from(ANYONE), pair(), versioned
+        ),
         st.builds(
             lambda part, who, perms: Op("grant", "system", (part,), who, perms),
             st.sampled_from(PARTITIONS),
@@ -84,6 +93,8 @@ def _ops(focus: str, second: str) -> st.SearchStrategy[Op]:
         retry,
         undo,
         undo,
+        steal,
+        reuse,
     )
 
 

@@ -22,9 +22,17 @@ from reactivex import operators as ops
 
 from rxmesh import AccessContext, Mesh, MeshNode, faults
 from rxmesh.exceptions import NodeAccessDeniedError, NodeValidationError
-from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome, PendingWriteRecovery
+from rxmesh.ledger import (
+    PendingWrite,
+    PendingWriteLedger,
+    PendingWriteOutcome,
+    PendingWriteRecovery,
+    outcome_of,
+)
+from rxmesh.ledger._order import PathOrder
 from rxmesh.mesh import _arms
 from rxmesh.mesh import _bulk as bulk_module
+from rxmesh.mesh import _verbs as verbs_module
 from rxmesh.mesh._access import GrantPolicy, PartitionFacts, grant_path
 from rxmesh.mesh._answer import immediate
 from rxmesh.mesh._bootstrap import Partitions
@@ -36,6 +44,7 @@ from rxmesh.operations import (
     NodeOperationResponse,
     RejectionReason,
 )
+from rxmesh.providers import _memory_verbs as memory_verbs_module
 from rxmesh.providers._memory_verbs import cold
 from rxmesh.providers.memory import InMemoryStore
 
@@ -305,6 +314,57 @@ def _facts_swallowed(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(Partitions, "facts", _facts)
 
 
+def _stranger_settles(mp: pytest.MonkeyPatch) -> None:
+    """Issue 31, item 1: any answer carrying an intent's request id settles it, whoever sent it."""
+
+    def settle_key_by_answer(
+        self: PendingWrites, key: str, req: Any, node: Any, response: Any, **_: Any
+    ) -> None:
+        intent = self._core.ledger.outstanding(key, req.request_id)
+        if intent is not None:
+            self._core.ledger.settle_if_outstanding(intent, outcome_of(intent, response))
+
+    mp.setattr(PendingWrites, "settle_key_by_answer", settle_key_by_answer)
+
+
+def _paths_race(mp: pytest.MonkeyPatch) -> None:
+    """Issue 31, item 2: every taken intent runs at once, whatever its path."""
+
+    def add(self: PathOrder, intent: PendingWrite) -> None:
+        self.queued += 1
+        self.ready.append(intent)
+
+    mp.setattr(PathOrder, "add", add)
+    mp.setattr(PathOrder, "release", lambda self, intent: None)
+
+
+def _basis_forgets_its_write(mp: pytest.MonkeyPatch) -> None:
+    """Issue 31, item 3: an expected version is recorded without the id of the row it read,
+    and a basis that names no write matches any row at its version."""
+
+    def _basis(req: Any, row: MeshNode) -> tuple[int, str | None]:
+        if req.expected_version is not None:
+            return req.expected_version, req.expected_request_id
+        return row.version, row.request_id
+
+    def _check(path: str, basis: tuple[int, str | None], row: MeshNode) -> None:
+        if row.version != basis[0] or (basis[1] is not None and row.request_id != basis[1]):
+            raise verbs_module._conflict(path, basis, row.version)
+
+    mp.setattr(verbs_module, "_basis", _basis)
+    mp.setattr(verbs_module, "_check", _check)
+
+
+def _reuse_is_landed(mp: pytest.MonkeyPatch) -> None:
+    """Issue 31, item 4: any row carrying the request id is the update's own landing."""
+
+    def landed(request_id: str, row: MeshNode, *_: Any) -> bool:
+        return row.request_id == request_id
+
+    mp.setattr(verbs_module, "landed_here", landed)
+    mp.setattr(memory_verbs_module, "own_write", landed)
+
+
 MUTANTS = (
     Mutant("answers-twice", "one-answer", "a successful delete answers twice", _answers_twice),
     Mutant("loses-writes", "success-row", "the store acknowledges a write it drops", _loses_writes),
@@ -377,6 +437,30 @@ MUTANTS = (
         _bug4,
     ),
     Mutant("gaps-ignored", "ledger-drains", "the recovery ignores a declared gap", _gaps_ignored),
+    Mutant(
+        "stranger-settles",
+        "requester-bound",
+        "issue 31 item 1: a stranger's answer carrying an intent's request id settles it",
+        _stranger_settles,
+    ),
+    Mutant(
+        "paths-race",
+        "path-order",
+        "issue 31 item 2: the intents of one path are re-issued concurrently",
+        _paths_race,
+    ),
+    Mutant(
+        "basis-forgets-its-write",
+        "basis-named",
+        "issue 31 item 3: a basis without the request id of the row the attempt read",
+        _basis_forgets_its_write,
+    ),
+    Mutant(
+        "reuse-is-landed",
+        "update-applied",
+        "issue 31 item 4: an update reusing the create's request id is taken as landed",
+        _reuse_is_landed,
+    ),
     Mutant(
         "facts-swallowed",
         "no-heal-after-failed-read",

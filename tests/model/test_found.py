@@ -21,12 +21,15 @@ import pytest
 from ._driver import (
     Batch,
     Driver,
+    Op,
     Toggle,
     bulk,
     create,
     delete,
     resend,
     retry,
+    reuse,
+    steal,
     undo,
 )
 from ._harness import InvariantViolation
@@ -34,6 +37,8 @@ from ._mutants import BY_NAME
 
 Step = Batch | str  # a batch, or a fault knob between batches
 
+# The ``issue31-*`` replays are written by hand for issue 31's rules; each fails at 1d389e8 on
+# the invariant it names (checked), and with its mutant put back.
 FOUND: dict[str, tuple[str | None, str, Sequence[Step]]] = {
     # Bug 1: with the next two reads of beta's facts faulted, B's create of beta/b and C's
     # delete of beta/b (C holds no grant anywhere) retry at the same instant; C's read saw beta
@@ -101,6 +106,50 @@ FOUND: dict[str, tuple[str | None, str, Sequence[Step]]] = {
             Batch((create("alice", "alpha/a"),), toggle=Toggle("refuse_writes")),
             Batch((resend(0), delete("alice", "alpha/a")), toggle=Toggle("restore")),
         ],
+    ),
+    # Issue 31, item 1: alice's create of alpha/b is recorded; carol (no grant) sends a copy
+    # with alice's request id: FORBIDDEN, which must not settle alice's intent.
+    "issue31-stranger": (
+        "stranger-settles",
+        "requester-bound",
+        [
+            Batch((create("alice", "alpha/a"),)),
+            Batch((create("alice", "alpha/b"),), toggle=Toggle("refuse_writes")),
+            Batch((steal("carol", 0),), toggle=Toggle("restore")),
+        ],
+    ),
+    # Issue 31, item 2: alice's update and then delete of alpha/a are both recorded; on the gap
+    # they must run one after the other, the update first.
+    "issue31-path-order": (
+        "paths-race",
+        "path-order",
+        [
+            Batch((create("alice", "alpha/a"),)),
+            Batch((Op("update", "alice", ("alpha/a",)),), toggle=Toggle("refuse_writes")),
+            Batch((delete("alice", "alpha/a"),)),
+            "restore+gap",
+        ],
+    ),
+    # Issue 31, item 3: alice's update with expected_version=1 is recorded; her delete's commit
+    # starts the re-issue while her create puts alpha/a back at version 1: the re-issue must not
+    # be applied to that row.
+    "issue31-basis": (
+        "basis-forgets-its-write",
+        "basis-named",
+        [
+            Batch((create("alice", "alpha/a"),)),
+            Batch((Op("update", "alice", ("alpha/a",), which=1),), toggle=Toggle("refuse_writes")),
+            Batch(
+                (delete("alice", "alpha/a"), create("alice", "alpha/a")),
+                toggle=Toggle("restore"),
+            ),
+        ],
+    ),
+    # Issue 31, item 4: alice creates alpha/a, then updates it with the create's request id.
+    "issue31-reuse": (
+        "reuse-is-landed",
+        "update-applied",
+        [Batch((create("alice", "alpha/a"),)), Batch((reuse(0),))],
     ),
 }
 

@@ -49,13 +49,15 @@ def doc(path: str, **content: object) -> MeshNode:
     return MeshNode(path=path, node_type="Doc", content=content or {"v": 0})
 
 
-def request(verb: str) -> UpdateNodeRequest | DeleteNodeRequest | MoveNodeRequest:
-    """Each verb of ``p/a``, based on the seed's version (1)."""
+def request(verb: str, seed: str) -> UpdateNodeRequest | DeleteNodeRequest | MoveNodeRequest:
+    """Each verb of ``p/a``, based on the seed's version (1) and the seed's request id (the
+    outage refuses its read too: the request names its whole basis, so it is recorded)."""
+    basis: dict[str, Any] = {"expected_version": 1, "expected_request_id": seed}
     if verb == "update":
-        return UpdateNodeRequest(node=doc("p/a", v=2), access=ALICE, expected_version=1)
+        return UpdateNodeRequest(node=doc("p/a", v=2), access=ALICE, **basis)
     if verb == "delete":
-        return DeleteNodeRequest(path="p/a", access=ALICE, expected_version=1)
-    return MoveNodeRequest(source="p/a", target="p/z", access=ALICE, expected_version=1)
+        return DeleteNodeRequest(path="p/a", access=ALICE, **basis)
+    return MoveNodeRequest(source="p/a", target="p/z", access=ALICE, **basis)
 
 
 async def send(mesh: Mesh, req: Any) -> NodeOperationResponse:
@@ -87,10 +89,11 @@ async def recorded_in_an_outage(
     and journaled; the process ends (the mesh and its store are closed)."""
     async with proxied(dsn, prefix) as (store, proxy):
         mesh = Mesh(store, retry_delays=LADDER, ledger=PendingWriteLedger(journal))
-        await mesh.create(doc("p/a"), access=ALICE)
+        seed = await mesh.create(doc("p/a"), access=ALICE)
+        assert seed.request_id is not None
         proxy.refuse()
         proxy.reset()
-        answer = await send(mesh, request(verb))
+        answer = await send(mesh, request(verb, seed.request_id))
         assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
         assert answer.recorded_for_reissue, answer
         assert "Nothing was written" in (answer.error or "")

@@ -151,3 +151,35 @@ async def test_a_move_onto_a_taken_target_is_still_a_conflict_of_paths(
     with pytest.raises(StoreConflictError):
         await run(store, via, "move", f"{partition}/a", f"{partition}/b", row.version, None, "m")
     assert await first_value(store.read(f"{partition}/a"), timeout=WAIT) == row
+
+
+@pytest.mark.parametrize("via", VIA)
+@pytest.mark.parametrize("basis", ["none", "read"])
+async def test_an_update_reusing_the_creates_request_id_applies(
+    store: Store, partition: str, via: str, basis: str
+) -> None:
+    """A create's id on the row is not an update's landing (issue 31 item 4). Fails at 1d389e8
+    because the update returned the row unchanged at version 1."""
+    row = await seeded(store, f"{partition}/a")  # version 1, request id req-1
+    expected = (row.version, row.request_id) if basis == "read" else (None, None)
+    updated = await run(store, via, "update", node(f"{partition}/a", text="v2"), *expected, "req-1")
+    assert (updated.version, updated.content) == (2, {"text": "v2"})
+    # the control: the same update again is its own landed write, returned without a commit
+    again = await run(store, via, "update", node(f"{partition}/a", text="v2"), *expected, "req-1")
+    assert again.version == 2
+
+
+@pytest.mark.parametrize("via", VIA)
+async def test_a_create_with_the_moves_request_id_at_the_target_is_not_the_moves_landing(
+    store: Store, partition: str, via: str
+) -> None:
+    """Fails at 1d389e8 because a move whose source is gone took the target's create row (the
+    same request id, version 1) for its own landed move."""
+    await first_value(store.write(node(f"{partition}/z", request_id="m-1")), timeout=WAIT)
+    moved = await run(store, via, "move", f"{partition}/a", f"{partition}/z", None, None, "m-1")
+    assert moved is None
+    # the control: a move that did land is recognised by its retry
+    await seeded(store, f"{partition}/b")
+    first = await run(store, via, "move", f"{partition}/b", f"{partition}/y", 1, "req-1", "m-2")
+    retry = await run(store, via, "move", f"{partition}/b", f"{partition}/y", 1, "req-1", "m-2")
+    assert first is not None and retry is not None and retry.version == first.version == 2

@@ -4,9 +4,9 @@ One test per fault (a row): the fault is put in place, the seven verbs run CONCU
 it (so a row costs one retry ladder, not seven), the fault is lifted, and each cell is judged on
 its own (answer reason, message phrases, log level, pending write recorded or not). Every write
 verb answered UNAVAILABLE is recorded (update, delete and move carry their basis,
-``expected_version``) and, once the fault is lifted, re-issued once with one verdict: the
-update, delete and move LANDED, by compare-and-set on that basis (issue 18). The table of
-cells is printed at the end of the run (tests/reliability/conftest.py).
+``expected_version`` and ``expected_request_id``) and, once the fault is lifted, re-issued once
+with one verdict: the update, delete and move LANDED, by compare-and-set on that basis (issue
+18). The table of cells is printed at the end of the run (tests/reliability/conftest.py).
 
 Real faults (PostgreSQL, nothing simulated): refused connect, connect timeout, reset mid-stream
 and stall mid-query through a FaultProxy in front of a private database on the shared server;
@@ -226,6 +226,7 @@ class Row:
     outcomes: list[PendingWriteOutcome] = field(default_factory=list)
     answers: dict[str, Any] = field(default_factory=dict)
     watch: Watch = field(default_factory=Watch)
+    seeds: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def paths(self) -> dict[str, str]:
@@ -250,7 +251,12 @@ class Row:
     async def seed(self) -> None:
         for name in ("u", "d", "m"):
             node = MeshNode(path=f"{self.p}/{name}", content={"v": 0})
-            await self.mesh.create(node, access=ALICE)
+            self.seeds[name] = (await self.mesh.create(node, access=ALICE)).request_id
+
+    def basis(self, name: str) -> dict[str, Any]:
+        """The seed's version and request id: the whole basis, recorded even when no read
+        answers (an expected version alone names no write: it is not)."""
+        return {"expected_version": 1, "expected_request_id": self.seeds[name]}
 
     def open_watch(self) -> contextlib.AbstractContextManager[None]:
         watch = self.watch
@@ -308,7 +314,7 @@ class Row:
                             UpdateNodeRequest(
                                 node=MeshNode(path=f"{p}/u", content={"v": 2}),
                                 access=ALICE,
-                                expected_version=1,  # the seed's: the basis of its intent
+                                **self.basis("u"),  # the seed's: the basis of its intent
                             )
                         )
                     ),
@@ -317,7 +323,7 @@ class Row:
                     "delete",
                     first_value(
                         mesh.delete_node(
-                            DeleteNodeRequest(path=f"{p}/d", access=ALICE, expected_version=1)
+                            DeleteNodeRequest(path=f"{p}/d", access=ALICE, **self.basis("d"))
                         )
                     ),
                 ),
@@ -326,7 +332,7 @@ class Row:
                     first_value(
                         mesh.move_node(
                             MoveNodeRequest(
-                                source=f"{p}/m", target=f"{p}/m2", access=ALICE, expected_version=1
+                                source=f"{p}/m", target=f"{p}/m2", access=ALICE, **self.basis("m")
                             )
                         )
                     ),
