@@ -3,18 +3,26 @@ mesh) and the exception a failed answer is raised as, carrying what the answer s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from reactivex import Observable
 
+from rxmesh.aio import first_value
 from rxmesh.exceptions import NodeOperationError
 from rxmesh.mesh._arms import error_for
 from rxmesh.mesh._requests import parse, parse_failure, request_id_of
-from rxmesh.model import MeshNode
-from rxmesh.operations import CreateNodeResponse, NodeOperationResponse, RejectionReason
+from rxmesh.model import AccessContext, MeshNode
+from rxmesh.operations import (
+    CreateNodeResponse,
+    CreateNodesRequest,
+    CreateNodesResponse,
+    NodeOperationResponse,
+    RejectionReason,
+)
 
-__all__ = ["error_of", "parsed", "path_of", "raised", "request_fields"]
+__all__ = ["BulkInProcess", "error_of", "parsed", "path_of", "raised", "request_fields"]
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -67,3 +75,35 @@ def parsed(model: type[R], given: Mapping[str, Any], shown: str) -> R:
     except (ValidationError, ValueError) as exc:
         reason, text = parse_failure(exc)
         raise raised(reason, text, shown, request_id_of(given)) from exc
+
+
+class _Bulk(Protocol):
+    def create_nodes(
+        self, request: CreateNodesRequest | Mapping[str, Any] | str | bytes
+    ) -> Observable[CreateNodesResponse]: ...
+
+
+class BulkInProcess:
+    """The bulk's in-process verb, beside :meth:`~rxmesh.mesh.Mesh.create_nodes`."""
+
+    async def create_many(
+        self: _Bulk,
+        nodes: Iterable[MeshNode | Mapping[str, Any]],
+        *,
+        access: AccessContext | None = None,
+        request_id: str | None = None,
+        window: int = 1000,
+    ) -> CreateNodesResponse:
+        """Create ``nodes`` as one bulk request and return its one answer, whatever it says.
+
+        A bulk's answer is a report, not a yes or no: ``created``, ``already_present``, and on
+        failure its ``rejection_reason``, ``not_created``, ``recorded_for_reissue`` and
+        ``not_recorded``; so it is returned, never raised (invalid input is answered too,
+        naming the first offender). ``request_id`` is the idempotency key: a re-send with the
+        same key answers what the first answer would have been (the rows this request wrote
+        are ``created`` again, an earlier try's or the mesh's own re-issue's).
+        """
+        given = request_fields(
+            {"nodes": tuple(nodes), "access": access, "window": window}, request_id
+        )
+        return await first_value(self.create_nodes(given))

@@ -28,7 +28,7 @@ from rxmesh.mesh._bulk import Bulk
 from rxmesh.mesh._core import MeshCore, NodeTypeValidator, Validator
 from rxmesh.mesh._create import Create
 from rxmesh.mesh._facts_cache import FactsCache
-from rxmesh.mesh._in_process import error_of, parsed, path_of, request_fields
+from rxmesh.mesh._in_process import BulkInProcess, error_of, parsed, path_of, request_fields
 from rxmesh.mesh._pending import PendingWrites
 from rxmesh.mesh._requests import (
     CHECK_STEP,
@@ -60,7 +60,7 @@ __all__ = ["Mesh", "NodeTypeValidator", "Validator"]
 R = TypeVar("R", bound=NodeResponse)
 
 
-class Mesh(Watching):
+class Mesh(Watching, BulkInProcess):
     """Node operations over a store, each answering exactly once and honestly.
 
     Args:

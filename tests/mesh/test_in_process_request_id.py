@@ -104,3 +104,34 @@ async def test_the_bulk_resent_with_its_key_answers_the_same_created() -> None:
     assert again.already_present == () and len(first.created) == 3
     assert other.created == () and len(other.already_present) == 3
     mesh.dispose()
+
+
+async def test_the_awaitable_bulk_resent_after_its_reissue_answers_its_nodes_created() -> (
+    None
+):
+    """Fails at 1d389e8: there was no in-process bulk (``Mesh.create_many``), only the
+    observable ``create_nodes``. A bulk answered UNAVAILABLE is recorded and re-issued by the
+    mesh; the caller's re-send with the same key then answers its nodes ``created``. Negative
+    control: the same nodes under another key are ``already_present``, nothing created."""
+    mesh, store = make_mesh()
+    await mesh.create(MeshNode(path="shop/seed", content={}), access=ALICE)
+    nodes = [order().model_copy(update={"path": f"shop/orders/{i}"}) for i in range(3)]
+    store.refuse_writes_as_unreachable()
+    refused = await mesh.create_many(nodes, access=ALICE, request_id="bulk-9")
+    assert refused.rejection_reason is RejectionReason.UNAVAILABLE, refused
+    assert refused.request_id == "bulk-9" and len(refused.recorded_for_reissue) == 3
+    collected = Outcomes(mesh.ledger)
+    store.restore()
+    store.declare_gap("listener resumed")
+    outcomes = await collected.wait(3)
+    assert {o.verdict for o in outcomes} == {Verdict.LANDED}, outcomes
+
+    again = await mesh.create_many(nodes, access=ALICE, request_id="bulk-9")
+    assert again.success and sorted(n.path for n in again.created) == [n.path for n in nodes]
+    assert again.already_present == ()
+    other = await mesh.create_many(nodes, access=ALICE, request_id="bulk-10")
+    assert other.success and other.created == () and len(other.already_present) == 3
+    # Invalid input is answered too, never raised (a bulk's answer is a report).
+    bad = await mesh.create_many([{"path": "shop/bad path"}], access=ALICE)
+    assert not bad.success and bad.rejection_reason is RejectionReason.INVALID_PATH, bad
+    mesh.dispose()

@@ -166,6 +166,7 @@ async def a_program() -> list[str]:
         CreateNodeRequest,
         CreateNodeResponse,
         CreateNodesRequest,
+        CreateNodesResponse,
         Mesh,
         MeshNode,
         RejectionReason,
@@ -186,6 +187,7 @@ async def a_program() -> list[str]:
         mesh.create_node(CreateNodeRequest(node=node, access=AccessContext(user="alice")))
     )
     created: MeshNode = await mesh.create(node, access=AccessContext(user="alice"))
+    many: CreateNodesResponse = await mesh.create_many([node], request_id="k")
     bulk = await first_value(mesh.create_nodes(CreateNodesRequest(nodes=(node,), window=500)))
     query = NodeQuery(partition="acme")
     cache: SyncedQueryCache[NodeQuery, QueryFrame] = SyncedQueryCache(
@@ -201,6 +203,7 @@ async def a_program() -> list[str]:
     return [
         created.path,
         str(bulk.success),
+        str(many.created),
         str(reason),
         report.to_json(),
         repr(app),
