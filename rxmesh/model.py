@@ -162,8 +162,17 @@ StoredRequestId = Annotated[
 class MeshNode(BaseModel):
     """A node of the mesh, as stored.
 
-    ``version`` is 0 until the mesh stamps the node (>= 1 once written); ``request_id`` is the id of
-    the request that created it, kept with the row so an ambiguous commit can be recognised.
+    Args:
+        path: where the node lives: ``<partition>/<segment>/...`` (see docs/requests.md).
+        node_type: the name of its NodeType, or ``None`` for an untyped node.
+        content: its JSON content (integers of at most ``MAX_CONTENT_INT_DIGITS`` digits; no
+            NaN or infinity).
+        created_by: the user whose request wrote it (set by the mesh).
+        created_at: when it was first written (set by the store; ``None`` when the store holds
+            a time Python cannot).
+        version: 0 until the mesh stamps the node, then 1 and up, one per write.
+        request_id: the id of the request whose write produced this version, kept with the row
+            so an ambiguous commit can be recognised.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
