@@ -1,5 +1,5 @@
 """The journal directory's safety checks: who may redirect it, opening it once, and whether the
-directory held open is still the one at its path (SPEC §5.1).
+directory held open is still the one at its path.
 
 Like OpenSSH's ``StrictModes``: every directory the lookup of the journal passes through must be
 owned by root or this uid and not writable by others (unless sticky); the directory itself must be
