@@ -195,18 +195,13 @@ class PendingWriteRecovery:
         self.dispose()
 
     def _on_evidence(self, evidence: StoreEvidence) -> None:
-        with self._lock:
-            if self._disposed:
-                return
-            intents = self._ledger.take_all()
-            for intent in intents:
-                self._order.add(intent)
-        if intents:
+        count = self._take_all()
+        if count:
             logger.bind(evidence=type(evidence).__name__, source=evidence.source).info(
                 "store {} answers again ({}); re-issuing {} pending write(s)",
                 evidence.source,
                 type(evidence).__name__,
-                len(intents),
+                count,
             )
             self._pump()
 
@@ -214,17 +209,19 @@ class PendingWriteRecovery:
         """A shared journal took over a dead replica's intents while this replica's store
         answers: that is the current evidence, so they are re-issued now, not on a commit that
         may never come."""
+        if taken := self._take_all():
+            logger.info("re-issuing {} pending write(s) taken over from a dead replica", taken)
+            self._pump()
+
+    def _take_all(self) -> int:
+        """Every pending intent taken for re-issue, queued in its path's order; how many."""
         with self._lock:
             if self._disposed:
-                return
+                return 0
             intents = self._ledger.take_all()
             for intent in intents:
                 self._order.add(intent)
-        if intents:
-            logger.info(
-                "re-issuing {} pending write(s) taken over from a dead replica", len(intents)
-            )
-            self._pump()
+        return len(intents)
 
     def _on_settled(self, outcome: PendingWriteOutcome) -> None:
         """An intent was settled. If it was not by its own re-issue (the caller's own re-issue of
@@ -410,4 +407,3 @@ class PendingWriteRecovery:
             reissue.intent.path,
             error,
         )
-
