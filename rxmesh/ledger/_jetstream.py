@@ -30,7 +30,13 @@ from loguru import logger
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
 from rxmesh.ledger._core import RecordResult
 from rxmesh.ledger._jetstream_leases import JetStreamLeases
-from rxmesh.ledger._jetstream_view import OWNER_PATTERN, Entry, default_owner, key_token
+from rxmesh.ledger._jetstream_view import (
+    OWNER_PATTERN,
+    Entry,
+    default_owner,
+    key_token,
+    lost_the_race,
+)
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
 from rxmesh.ledger._publish import superseded
 
@@ -386,17 +392,18 @@ class JetStreamLedger(JetStreamLeases):
         """Delete the entry at the revision this replica owns it at; publish the verdict only if
         that delete won. A replica that took the intent over meanwhile changed the revision:
         its delete wins and its verdict is the one published, so each intent gets one."""
-        from nats.js.errors import KeyWrongLastSequenceError
-
         intent = entry.intent
         key = intent.key
         try:
             await self._kv.delete(f"i.{key_token(key)}", last=entry.revision)
-        except KeyWrongLastSequenceError:
+        except Exception as exc:  # noqa: BLE001 - each kind answered below, none dropped
+            if not lost_the_race(exc):
+                self._not_deleted(entry, outcome, exc)
+                return
             try:
                 await self._refresh(key)
-            except JournalError as exc:
-                logger.bind(path=key).warning("could not re-read {}: {}", key, exc)
+            except JournalError as reread:
+                logger.bind(path=key).warning("could not re-read {}: {}", key, reread)
             current = self._view.get(key)
             if current is None or current.intent.request_id == intent.request_id:
                 logger.bind(path=key, owner=None if current is None else current.owner).warning(
@@ -405,19 +412,24 @@ class JetStreamLedger(JetStreamLeases):
                     key,
                 )
                 return
-        except Exception as exc:  # noqa: BLE001 - told, and the intent stays this replica's
-            with self._lock:
-                if key not in self._view:
-                    self._put(key, entry)  # pending again: re-issued on the next evidence
-            logger.bind(path=key).error(
-                "pending write for {} was re-issued ({}) but its JetStream entry could not be "
-                "deleted ({}); it stays pending and is re-issued again (its request id makes "
-                "that idempotent) before its verdict is published",
-                key,
-                outcome.verdict.value,
-                exc,
-            )
-            return
         with self._lock:
             self._counts[outcome.verdict] += 1
         self._publish(outcome)
+
+    def _not_deleted(self, entry: Entry, outcome: PendingWriteOutcome, exc: Exception) -> None:
+        """The settling delete failed for another reason than a lost race: the intent stays
+        this replica's, unless the watch already saw a newer revision of it (another
+        replica's take-over, or its settlement): putting the older entry back would re-issue,
+        and settle, what another replica settles."""
+        key = entry.intent.key
+        with self._lock:
+            if key not in self._view and self._revisions.get(key, 0) <= entry.revision:
+                self._put(key, entry)  # pending again: re-issued on the next evidence
+        logger.bind(path=key).error(
+            "pending write for {} was re-issued ({}) but its JetStream entry could not be "
+            "deleted ({}); it stays pending and is re-issued again (its request id makes "
+            "that idempotent) before its verdict is published",
+            key,
+            outcome.verdict.value,
+            exc,
+        )

@@ -36,7 +36,14 @@ from rxmesh.ledger._models import (
 )
 from rxmesh.ledger._publish import count_recorded, superseded
 
-__all__ = ["OWNER_PATTERN", "Entry", "JetStreamView", "default_owner", "key_token"]
+__all__ = [
+    "OWNER_PATTERN",
+    "Entry",
+    "JetStreamView",
+    "default_owner",
+    "key_token",
+    "lost_the_race",
+]
 
 OWNER_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _FORMAT = 1
@@ -49,6 +56,17 @@ def key_token(key: str) -> str:
 def _untoken(token: str) -> str:
     padded = token + "=" * (-len(token) % 4)
     return base64.urlsafe_b64decode(padded.encode("ascii")).decode("utf-8")
+
+
+def lost_the_race(exc: BaseException) -> bool:
+    """Whether a compare-and-set write was refused because the entry moved on since the
+    revision it named. nats-py says so with ``KeyWrongLastSequenceError`` from ``create`` and
+    ``update``, but ``delete(last=...)`` lets JetStream's own API error (10071) through."""
+    from nats.js.errors import APIError, KeyWrongLastSequenceError
+
+    if isinstance(exc, KeyWrongLastSequenceError):
+        return True
+    return isinstance(exc, APIError) and exc.err_code in (10071, 10164)
 
 
 def default_owner() -> str:

@@ -311,6 +311,42 @@ async def test_a_verdict_only_where_the_settling_delete_won(
     assert [o.intent.request_id for o in on_b] == ["r1"]
 
 
+async def test_a_lost_settling_delete_never_puts_back_what_another_replica_took(
+    open_ledger: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner's settling delete loses the race to a replica that took the intent over,
+    while the owner's watch has not seen the take-over yet. Fails at 95cabec: nats-py's
+    ``delete(last=...)`` raises JetStream's own API error (10071), not
+    ``KeyWrongLastSequenceError``, so the loss was handled as "could not delete": the stale
+    entry was put back as the owner's own, pending again, to be re-issued and settled a second
+    time. Negative control: the owner's delete with nobody racing it publishes its verdict."""
+    a: JetStreamLedger = await open_ledger("a")
+    on_a: list[PendingWriteOutcome] = []
+    a.outcomes.subscribe(on_a.append)
+    await a.record_durably(intent("t/one", "r1"))
+    await a.record_durably(intent("t/two", "r2"))
+    first, second = a.take_all()
+    a.settle(second, PendingWriteOutcome(intent=second, verdict=Verdict.LANDED))
+    await until(lambda: len(on_a) == 1)  # the control: nobody raced, a's verdict
+    clock = Clock()
+    b: JetStreamLedger = await open_ledger("b", clock)
+    await until(lambda: "t/one" in b.shared())
+    held: list[Any] = []
+    monkeypatch.setattr(a, "_see", held.append)  # a's watch falls behind from here
+    clock.now += 6
+    assert await b.claim_lapsed() == 1
+    a.settle(first, PendingWriteOutcome(intent=first, verdict=Verdict.LANDED))
+    async with asyncio.timeout(10):
+        while a._tasks:  # noqa: ASYNC110 - the settling delete's own task, bounded above
+            await asyncio.sleep(0.01)
+    assert a.pending() == () and a.take_all() == []  # nothing of a's to re-issue
+    assert len(on_a) == 1  # and no second verdict
+    monkeypatch.undo()
+    for entry in held:  # the watch catches up: b owns it
+        a._see(entry)
+    assert a.shared()["t/one"][1] == "b"
+
+
 async def test_restore_puts_a_taken_intent_back(open_ledger: Callable[..., Any]) -> None:
     """An abandoned re-issue (the recovery disposed) puts its intent back: pending, taken again
     on the next evidence, settled once."""
