@@ -214,20 +214,17 @@ class JetStreamLedger(JetStreamLeases):
                         return False  # pending unchanged, or being re-issued
                     if current.intent.requester != intent.requester:
                         raise self._held(intent, current.intent)
+                last = self._revisions.get(key, 0) if current is None else current.revision
+                self._writing[key] = (value, intent)
                 try:
-                    if current is None:
-                        revision = await self._kv.update(
-                            f"i.{key_token(key)}", value, last=self._revisions.get(key, 0)
-                        )
-                    else:
-                        revision = await self._kv.update(
-                            f"i.{key_token(key)}", value, last=current.revision
-                        )
+                    revision = await self._kv.update(f"i.{key_token(key)}", value, last=last)
                 except KeyWrongLastSequenceError:
                     await self._refresh(key)
                     continue
                 except Exception as exc:
                     raise self._unreachable(intent, exc) from exc
+                finally:
+                    del self._writing[key]
                 self._wrote(intent, current, revision)
                 return True
         raise JournalError(
