@@ -198,10 +198,24 @@ class JetStreamLedger(JetStreamLeases):
     async def _record_one(self, intent: PendingWrite) -> bool:
         """Decide against the newest entry seen, then write it by compare-and-set; a lost race
         is decided again against the entry that won it."""
+        key = intent.key
+        # One lock per key while someone records it, dropped with its last user: a lock kept
+        # for every key ever recorded is one more object each full collection walks.
+        held = self._recording.get(key)
+        if held is None:
+            held = self._recording[key] = [asyncio.Lock(), 0]
+        held[1] += 1
+        try:
+            return await self._record_locked(intent, held[0])
+        finally:
+            held[1] -= 1
+            if not held[1]:
+                del self._recording[key]
+
+    async def _record_locked(self, intent: PendingWrite, lock: asyncio.Lock) -> bool:
         from nats.js.errors import KeyWrongLastSequenceError
 
         key = intent.key
-        lock = self._recording.setdefault(key, asyncio.Lock())
         async with lock:
             value = self._value(intent)
             for _ in range(8):

@@ -94,7 +94,7 @@ class JetStreamView(PendingWriteLedger):
         self._owned: dict[str, Entry] = {}  # the entries this replica owns and has not taken
         self._revisions: dict[str, int] = {}  # intent key -> newest revision seen (puts, deletes)
         self._taken: dict[tuple[str, str], Entry] = {}
-        self._recording: dict[str, asyncio.Lock] = {}
+        self._recording: dict[str, list[Any]] = {}  # intent key -> [its lock, its users]
         # intent key -> (the bytes this replica is writing, their intent) until the ack: the
         # watch's echo of them is known without decoding it again.
         self._writing: dict[str, tuple[bytes, PendingWrite]] = {}
