@@ -204,10 +204,24 @@ class JetStreamLedger(JetStreamLeases):
     async def _record_one(self, intent: PendingWrite) -> bool:
         """Decide against the newest entry seen, then write it by compare-and-set; a lost race
         is decided again against the entry that won it."""
+        key = intent.key
+        # One lock per key while someone records it, dropped with its last user: a lock kept
+        # for every key ever recorded is one more object each full collection walks.
+        held = self._recording.get(key)
+        if held is None:
+            held = self._recording[key] = [asyncio.Lock(), 0]
+        held[1] += 1
+        try:
+            return await self._record_locked(intent, held[0])
+        finally:
+            held[1] -= 1
+            if not held[1]:
+                del self._recording[key]
+
+    async def _record_locked(self, intent: PendingWrite, lock: asyncio.Lock) -> bool:
         from nats.js.errors import KeyWrongLastSequenceError
 
         key = intent.key
-        lock = self._recording.setdefault(key, asyncio.Lock())
         async with lock:
             value = self._value(intent)
             for _ in range(8):
@@ -220,20 +234,17 @@ class JetStreamLedger(JetStreamLeases):
                         return False  # pending unchanged, or being re-issued
                     if current.intent.requester != intent.requester:
                         raise self._held(intent, current.intent)
+                last = self._revisions.get(key, 0) if current is None else current.revision
+                self._writing[key] = (value, intent)
                 try:
-                    if current is None:
-                        revision = await self._kv.update(
-                            f"i.{key_token(key)}", value, last=self._revisions.get(key, 0)
-                        )
-                    else:
-                        revision = await self._kv.update(
-                            f"i.{key_token(key)}", value, last=current.revision
-                        )
+                    revision = await self._kv.update(f"i.{key_token(key)}", value, last=last)
                 except KeyWrongLastSequenceError:
                     await self._refresh(key)
                     continue
                 except Exception as exc:
                     raise self._unreachable(intent, exc) from exc
+                finally:
+                    del self._writing[key]
                 self._wrote(intent, current, revision)
                 return True
         raise JournalError(

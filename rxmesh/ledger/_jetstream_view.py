@@ -47,6 +47,8 @@ __all__ = [
 
 OWNER_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _FORMAT = 1
+# The head of an entry as _value writes it: its intent is validated straight from the bytes.
+_HEAD = re.compile(rb'\{"v":1,"owner":"([A-Za-z0-9_-]{1,64})","intent":')
 
 
 def key_token(key: str) -> str:
@@ -110,7 +112,10 @@ class JetStreamView(PendingWriteLedger):
         self._owned: dict[str, Entry] = {}  # the entries this replica owns and has not taken
         self._revisions: dict[str, int] = {}  # intent key -> newest revision seen (puts, deletes)
         self._taken: dict[tuple[str, str], Entry] = {}
-        self._recording: dict[str, asyncio.Lock] = {}
+        self._recording: dict[str, list[Any]] = {}  # intent key -> [its lock, its users]
+        # intent key -> (the bytes this replica is writing, their intent) until the ack: the
+        # watch's echo of them is known without decoding it again.
+        self._writing: dict[str, tuple[bytes, PendingWrite]] = {}
         # owner -> (its lease's newest revision seen, when this replica first saw it)
         self._leases: dict[str, tuple[int, float]] = {}
         self._started = clock()
@@ -171,8 +176,12 @@ class JetStreamView(PendingWriteLedger):
         if deleted:
             self._drop(path)
             return
+        writing = self._writing.get(path)
         try:
-            new = self._decode(entry.value, path, entry.revision)
+            if writing is not None and writing[0] == entry.value:
+                new = Entry(writing[1], self._owner, entry.revision)
+            else:
+                new = self._decode(entry.value, path, entry.revision)
         except ValueError as exc:
             self._drop(path)
             self._quarantine(key, entry.value, entry.revision, str(exc))
@@ -202,6 +211,16 @@ class JetStreamView(PendingWriteLedger):
             self._leases[owner] = (revision, -math.inf if deleted else self._clock())
 
     def _decode(self, value: bytes | None, path: str, revision: int) -> Entry:
+        head = _HEAD.match(value or b"")
+        if value is not None and head is not None and value.endswith(b"}"):
+            try:
+                written = PendingWrite.model_validate_json(value[head.end() : -1])
+            except ValueError:
+                pass  # not as _value writes it after all: read as any document
+            else:
+                if written.key != path:
+                    raise ValueError(f"its intent is for {written.key!r}, not {path!r}")
+                return Entry(written, head[1].decode(), revision)
         try:
             document = json.loads(value or b"")
             if not isinstance(document, dict) or document.get("v") != _FORMAT:
@@ -217,6 +236,12 @@ class JetStreamView(PendingWriteLedger):
         return Entry(intent, owner, revision)
 
     def _value(self, intent: PendingWrite, owner: str | None = None) -> bytes:
+        # An owner is [A-Za-z0-9_-]: it needs no escaping.
+        head = b'{"v":%d,"owner":"%s","intent":' % (_FORMAT, (owner or self._owner).encode())
+        try:
+            return head + intent.model_dump_json().encode() + b"}"
+        except ValueError:
+            pass  # a lone surrogate: UTF-8 cannot carry it, JSON's \u escape can
         try:
             document = {
                 "v": _FORMAT,

@@ -210,6 +210,54 @@ async def test_hostile_entries_quarantined_never_taken(
     await client.close()
 
 
+async def test_recording_keeps_no_lock_per_key_once_recorded(
+    open_ledger: Callable[..., Any],
+) -> None:
+    """A key's recording lock lives while the key is being recorded: a lock kept for every key
+    ever recorded grows without bound (fails at 108954c: one lock per key recorded stays)."""
+    a: JetStreamLedger = await open_ledger("a")
+    same = [intent("t/same", f"r{n}") for n in range(3)]
+    results = await asyncio.gather(
+        *(a.record_durably(i) for i in [*same, *(intent(f"t/k{n}", "r") for n in range(20))])
+    )
+    assert results == [True] * 23
+    assert a.shared()["t/same"][0] in same
+    assert a._recording == {}
+
+
+async def test_entries_in_any_json_form_are_read(
+    open_ledger: Callable[..., Any], nats_url: str, bucket: str
+) -> None:
+    """Entries are read from their bytes when they are in the form the ledger writes; any other
+    JSON form of a valid entry (spaces, another order, a field after the intent) is read too,
+    and the form the ledger writes round-trips to the same intent and owner."""
+    import json
+
+    import nats
+
+    a: JetStreamLedger = await open_ledger("a")
+    written = intent("t/written", "r0")
+    await a.record_durably(written)
+    await a.aclose(release=False)
+    client = await nats.connect(nats_url)
+    kv = await client.jetstream().key_value(bucket)
+    spaced = intent("t/spaced", "r1")
+    document = {"v": 1, "owner": "a", "intent": spaced.model_dump(mode="json")}
+    await kv.put(f"i.{_token('t/spaced')}", json.dumps(document).encode())
+    reordered = intent("t/reordered", "r2")
+    head = b'{"v":1,"owner":"a","intent":' + reordered.model_dump_json().encode()
+    await kv.put(f"i.{_token('t/reordered')}", head + b',"note":"x"}')
+    await client.close()
+
+    b: JetStreamLedger = await open_ledger("b")
+    assert b.shared() == {
+        "t/written": (written, "a"),
+        "t/spaced": (spaced, "a"),
+        "t/reordered": (reordered, "a"),
+    }
+    assert b.statistics().quarantined == 0
+
+
 async def test_adopted_announced_only_when_the_store_answers(
     open_ledger: Callable[..., Any],
 ) -> None:
