@@ -10,13 +10,12 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Literal
 
-from rxmesh.testing._throwaway import Throwaway
+from rxmesh.testing._throwaway import Throwaway, free_port
 
 __all__ = ["TemporaryPostgresCluster", "find_postgres_bin"]
 
@@ -47,13 +46,6 @@ def find_postgres_bin() -> Path:
     if not candidates:
         raise FileNotFoundError("no initdb found (set RXMESH_PG_BIN to PostgreSQL's bin dir)")
     return Path(candidates[-1]).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class TemporaryPostgresCluster(Throwaway):
@@ -104,7 +96,7 @@ class TemporaryPostgresCluster(Throwaway):
                 "initdb", "-D", str(self.data_dir), "-U", "postgres", "-A", "trust",
                 "--no-sync", "-E", "UTF8",
             )
-            self.port = _free_port()
+            self.port = free_port()
         options = (
             f"-p {self.port} -k {self._dir} -c listen_addresses=127.0.0.1 -c fsync=off"
             " -c synchronous_commit=off -c full_page_writes=off"
@@ -134,7 +126,7 @@ class TemporaryPostgresCluster(Throwaway):
             "pg_basebackup", "-D", str(replica.data_dir), "-h", "127.0.0.1", "-p", str(self.port),
             "-U", "postgres", "-R", "-X", "stream", "--no-sync", "--checkpoint=fast",
         )
-        replica.port = _free_port()
+        replica.port = free_port()
         return replica
 
     def promote(self) -> None:

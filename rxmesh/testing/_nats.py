@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -13,16 +12,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from rxmesh.testing._throwaway import Throwaway
+from rxmesh.testing._throwaway import Throwaway, free_ports
 
 __all__ = ["TemporaryNatsCluster"]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class TemporaryNatsCluster(Throwaway):
@@ -60,9 +52,10 @@ class TemporaryNatsCluster(Throwaway):
     def start(self) -> None:
         """Start every server and wait until each says JetStream is healthy."""
         self.directory = Path(tempfile.mkdtemp(prefix="rxmesh-nats-"))
-        self.ports = [_free_port() for _ in range(self.size)]
-        self.cluster_ports = [_free_port() for _ in range(self.size)]
-        self.monitor_ports = [_free_port() for _ in range(self.size)]
+        ports = free_ports(3 * self.size)
+        self.ports = ports[: self.size]
+        self.cluster_ports = ports[self.size : 2 * self.size]
+        self.monitor_ports = ports[2 * self.size :]
         self._processes = [None] * self.size
         try:
             for index in range(self.size):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlparse, urlunparse
 
-from rxmesh.testing._throwaway import Throwaway
+from rxmesh.testing._throwaway import Throwaway, free_port
 
 __all__ = ["PoolMode", "TemporaryPgBouncer", "find_pgbouncer"]
 
@@ -48,13 +48,6 @@ def find_pgbouncer() -> Path:
             "no pgbouncer binary found (apt-get install pgbouncer, or set RXMESH_PGBOUNCER)"
         )
     return Path(found)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _accepts(port: int) -> bool:
@@ -166,7 +159,7 @@ class TemporaryPgBouncer(Throwaway):
         if self._process is not None:
             return
         self._dir = Path(tempfile.mkdtemp(prefix="rxmesh-pgbouncer-"))
-        self.port = _free_port()
+        self.port = free_port()
         (self._dir / "userlist.txt").write_text(
             "".join(f'"{user}" ""\n' for user in self._users), encoding="utf-8"
         )

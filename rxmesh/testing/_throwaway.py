@@ -1,10 +1,30 @@
-"""What the throwaway servers share: ``with`` starts one and cleans it up, whatever happened."""
+"""What the throwaway servers share: ``with`` starts one and cleans it up, whatever happened;
+free loopback ports to start it on."""
 
 from __future__ import annotations
 
+import socket
+from contextlib import ExitStack
 from typing import Self
 
-__all__ = ["Throwaway"]
+__all__ = ["Throwaway", "free_port", "free_ports"]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports free now: every probe stays bound until all are
+    chosen, so the kernel never hands one port out twice."""
+    with ExitStack() as probes:
+        ports = []
+        for _ in range(count):
+            probe = probes.enter_context(socket.socket())
+            probe.bind(("127.0.0.1", 0))
+            ports.append(int(probe.getsockname()[1]))
+        return ports
+
+
+def free_port() -> int:
+    """One loopback port free now."""
+    return free_ports(1)[0]
 
 
 class Throwaway:
