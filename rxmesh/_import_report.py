@@ -99,8 +99,8 @@ def _took(seconds: float) -> str:
 
 
 def _rate(items: int, seconds: float) -> str:
-    # A rate over less than a second is mostly start-up noise: 1 entry in 0.5 ms is not
-    # "2,000 entries/s".
+    # A rate over less than a second says more about start-up than about the import: a single
+    # entry is not "thousands of entries a second".
     if seconds < 1:
         return ""
     return f" ({items / seconds:,.0f} entries/s)"
