@@ -174,7 +174,11 @@ async def test_settle_of_a_replaced_intent_keeps_the_newer(
     assert await b.record_durably(newer) is True  # b now owns the newer intent
     await until(lambda: a.shared()["t/p"][0] == newer)
     assert a.settle_if_outstanding(taken, PendingWriteOutcome(intent=taken, verdict=Verdict.LANDED))
-    await asyncio.sleep(0.2)  # a delete, were one sent, would have reached the watch
+    async with asyncio.timeout(10):
+        while a._tasks:  # noqa: ASYNC110 - a delete, were one sent: its own task, bounded above
+            await asyncio.sleep(0.01)
+    stored = await b._kv.get(f"i.{_token('t/p')}")  # the bucket itself, not a watch's view
+    assert stored.value is not None and b"r2" in stored.value
     assert b.shared()["t/p"] == (newer, "b")
     assert b.pending() == (newer,)
 

@@ -21,7 +21,7 @@ import asyncpg
 import pytest
 
 from rxmesh.testing import TemporaryPostgresCluster
-from tests.conftest import IN_CI, PG_DSN, require_server
+from tests.conftest import PG_DSN, require_server, throwaway_cluster
 
 VERBS = ("create", "bulk create", "update", "delete", "move", "query", "standing watch")
 """The matrix's columns."""
@@ -104,19 +104,10 @@ def private_db() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[TemporaryPostgresCluster]:
     """One private throwaway cluster per module, with a small ``max_connections``."""
-    try:
-        running = TemporaryPostgresCluster()
-    except FileNotFoundError as exc:
-        if IN_CI:
-            pytest.fail(f"CI needs PostgreSQL server binaries: {exc}")
-        pytest.skip(str(exc))
-    running.start()
-    try:
+    with throwaway_cluster() as running:
         with (running.data_dir / "postgresql.conf").open("a", encoding="utf-8") as conf:
             conf.write(
                 f"\nmax_connections = {MAX_CONNECTIONS}\nsuperuser_reserved_connections = 1\n"
             )
         running.restart()
         yield running
-    finally:
-        running.cleanup()
