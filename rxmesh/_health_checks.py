@@ -181,6 +181,10 @@ class ChangeFeedSnapshot(Protocol):
     def last_probe_failure(self) -> str | None: ...
     @property
     def stale_after(self) -> float | None: ...
+    @property
+    def evidence_held_since(self) -> datetime | None: ...
+    @property
+    def evidence_held_reason(self) -> str | None: ...
 
 
 class ChangeFeedSource(Protocol):
@@ -200,7 +204,9 @@ class ChangeFeedCheck:
     the last verification is older than the source's ``stale_after``; "change feed lost since
     <time>: <reason>; recovering" while it re-connects or restarts a task (a gap is declared once
     it is back and verified); and "...; N malformed notifications skipped (last at <time>:
-    <reason>)" for ``malformed_window`` seconds after the latest payload that did not parse.
+    <reason>)" for ``malformed_window`` seconds after the latest payload that did not parse;
+    "...; evidence that the store answers held back since <time>: <why>; pending writes wait
+    for a probe sent through the pool" while the feed hears commits the pool cannot carry.
     DEGRADED "change feed not started" before the store starts. UNHEALTHY when it will not come
     back by itself: "unverified" (``start()`` refused: probes sent through the pool never reached
     the listener), "stopped" (a feed task was cancelled from outside the store) or "closed".
@@ -290,6 +296,18 @@ class ChangeFeedCheck:
             summary = (
                 f"change feed verified {max(age, 0.0):.1f} s ago, "
                 f"probe round trip {round_trip:.1f} ms"
+            )
+        if feed.evidence_held_since is not None:
+            # The feed hears the store but the pool does not answer: pending writes wait, and
+            # an operator needs to know why they are not re-issued although commits arrive.
+            held = _stamp(feed.evidence_held_since)
+            data["evidenceHeldSince"] = held
+            data["evidenceHeldReason"] = feed.evidence_held_reason
+            return HealthCheckResult.degraded(
+                f"{summary}; evidence that the store answers held back since {held}: "
+                f"{feed.evidence_held_reason}; pending writes wait for a probe sent through "
+                "the pool",
+                data,
             )
         last = feed.last_malformed_at
         if last is not None and (now - last).total_seconds() < self._window:

@@ -116,6 +116,11 @@ class ChangeFeedStatistics:
         last_probe_failure_at: when (UTC).
         stale_after: seconds after ``verified_at`` past which the feed counts as unverified
             (``None``: the source does not probe).
+        evidence_held_since: when evidence that the store answers (an announced commit, a
+            re-opened listener) was first held back because the pool did not answer (UTC);
+            ``None`` when nothing is held. Pending writes wait until a probe sent through the
+            pool arrives.
+        evidence_held_reason: why the pool was known not to answer then.
     """
 
     store: str
@@ -142,6 +147,8 @@ class ChangeFeedStatistics:
     last_probe_failure: str | None = None
     last_probe_failure_at: datetime | None = None
     stale_after: float | None = None
+    evidence_held_since: datetime | None = None
+    evidence_held_reason: str | None = None
 
 
 class FeedBook:

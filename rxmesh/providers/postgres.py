@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import re
 import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from itertools import repeat
@@ -215,6 +216,25 @@ def _settings(dsn: str, application_name: str) -> dict[str, str]:
     names the service's connections), else ``application_name``."""
     given = parse_qs(urlparse(dsn).query).get("application_name")
     return {"application_name": given[-1] if given else application_name}
+
+
+def _session_attrs(given: str | None, dsn: str) -> str | None:
+    """What asyncpg is told to connect to: the caller's choice, else the DSN's or the
+    environment's (``None`` lets asyncpg read them), else ``"read-write"``.
+
+    The store writes through every connection it opens, so by default a server that cannot
+    take writes (a standby, or ``default_transaction_read_only``) is refused when connecting,
+    before anything is pooled: otherwise reads would keep answering from a standby after the
+    address leads back to the primary. asyncpg decides it from what the server reports at
+    login, so a PostgreSQL 14+ costs no round trip.
+    """
+    if given is not None:
+        return given
+    if "target_session_attrs" in parse_qs(urlparse(dsn).query) or os.environ.get(
+        "PGTARGETSESSIONATTRS"
+    ):
+        return None
+    return "read-write"
 
 
 def _literal(text: str) -> str:
@@ -865,7 +885,8 @@ class PostgresStoreStatistics:
         statement_cache_size: asyncpg's statement cache on the pool's connections (0 when
             pooled: unnamed statements only).
         listen_target: the printable name of the LISTEN connection's DSN.
-        target_session_attrs: as given (``None``: asyncpg's default, from the DSN or env).
+        target_session_attrs: what the pool's connections are opened with: as given, else
+            ``"read-write"``; ``None`` when the DSN or ``PGTARGETSESSIONATTRS`` names one.
         pool_size: connections the pool holds now.
         pool_idle: of those, idle.
         connections_in_use: acquired by rxmesh now.
@@ -928,6 +949,8 @@ class PostgresStore:
         target_session_attrs: passed to asyncpg for the pool and the listener (one of
             :data:`TARGET_SESSION_ATTRS`); with a multi-host DSN, ``"read-write"`` (or
             ``"primary"``) connects only to the primary, so a standby listed first is skipped.
+            Unset (and not in the DSN or ``PGTARGETSESSIONATTRS``): ``"read-write"``, so no
+            connection to a standby is ever pooled; ``"any"`` lets reads answer from one.
         group_creates: concurrent creates of one partition that wait behind its busy lanes go
             as one statement (docs/providers.md); ``False``: every create is its own statement
             and transaction, as many in flight as the pool allows.
@@ -981,7 +1004,8 @@ class PostgresStore:
         self._pooled_option = pooled
         self._pooled: bool | None = pooled
         self._pooler_evidence: str | None = None if pooled is None else "given"
-        self._target_session_attrs = target_session_attrs
+        self._target_session_attrs = _session_attrs(target_session_attrs, dsn)
+        self._listen_session_attrs = _session_attrs(target_session_attrs, self._listen_dsn)
         self._name = name or _dsn_name(dsn)
         self._min_size = min_size
         self._max_size = max_size
@@ -1088,14 +1112,15 @@ class PostgresStore:
     def _statement_cache_size(pooled: bool | None) -> int:
         return 0 if pooled else _ASYNCPG_STATEMENT_CACHE_SIZE
 
-    def _connect_options(self, *, pooled: bool | None) -> dict[str, Any]:
+    def _connect_options(self, *, pooled: bool | None, listener: bool = False) -> dict[str, Any]:
         """asyncpg options every connection of this store gets (pool, listener, detection)."""
         options: dict[str, Any] = {
             "command_timeout": self._command_timeout,
             "statement_cache_size": self._statement_cache_size(pooled),
         }
-        if self._target_session_attrs is not None:
-            options["target_session_attrs"] = self._target_session_attrs
+        attrs = self._listen_session_attrs if listener else self._target_session_attrs
+        if attrs is not None:
+            options["target_session_attrs"] = attrs
         return options
 
     async def start(self) -> None:
@@ -1406,8 +1431,8 @@ class PostgresStore:
             # while a standby is being promoted): the store could not be reached.
             raise StoreError(
                 f"{where} unreachable while {operation}: no host of the DSN matches "
-                f"target_session_attrs={self._target_session_attrs!r} (a failover in progress?): "
-                f"{exc}",
+                f"target_session_attrs={self._target_session_attrs!r} (a standby, a read-only "
+                f"server, or a failover in progress?): {exc}",
                 sqlstate="08001",
                 store=self._name,
                 transient=True,
@@ -2659,7 +2684,11 @@ class PostgresStore:
 
         ``rxmesh.health.ChangeFeedCheck(store)`` turns it into a health entry.
         """
-        return self._feed.snapshot()
+        snapshot = self._feed.snapshot()
+        if self._held is None:
+            return snapshot
+        since, why = self._held
+        return replace(snapshot, evidence_held_since=since, evidence_held_reason=why)
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         """asyncpg's listener callback: count and queue the payload; parsing happens later,
@@ -2695,7 +2724,7 @@ class PostgresStore:
                 self._listen_dsn,
                 timeout=self._connect_timeout,
                 server_settings=_settings(self._listen_dsn, "rxmesh-feed"),
-                **self._connect_options(pooled=pooled),
+                **self._connect_options(pooled=pooled, listener=True),
             )
         except _DRIVER_FAULTS as exc:
             self._raise_at_boundary(exc, operation="opening the change feed", stage="connect")

@@ -22,6 +22,7 @@ import pytest
 
 from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
 from rxmesh.aio import first_value
+from rxmesh.health import ChangeFeedCheck
 from rxmesh.ledger import PendingWrite, PendingWriteLedger
 from rxmesh.model import NodeChange
 from rxmesh.providers.postgres import PostgresStore
@@ -200,11 +201,17 @@ async def test_an_announced_commit_waits_for_the_pool_to_answer(
             # Nor do the mesh's kept partition facts trust the feed while a commit is held back
             # from them (it might have revoked a grant).
             assert not store.feed_is_whole
+            # And health says why the pending writes wait although commits arrive.
+            assert store.feed_statistics().evidence_held_since is not None
+            held = ChangeFeedCheck(store)()
+            assert "evidence that the store answers held back" in held.description, held
 
             await proxy.restore()
             outcomes = await collected.wait(1, timeout=WAIT)
             assert [(o.intent.path, o.verdict) for o in outcomes] == [("ev/lost", Verdict.LANDED)]
             assert store.feed_is_whole
+            assert store.feed_statistics().evidence_held_since is None
+            assert "held back" not in ChangeFeedCheck(store)().description
         finally:
             listening.dispose()
             mesh.dispose()

@@ -365,3 +365,25 @@ def test_malformed_notifications_still_degrade_a_verified_feed() -> None:
         "change feed verified 0.2 s ago, probe round trip 1.2 ms; 1 malformed notification "
         "skipped (last at 2026-12-01T08:59:55Z: not JSON)"
     )
+
+
+def test_held_back_evidence_degrades_a_listening_feed_and_says_why() -> None:
+    """Issue 32: commits heard while the pool does not answer are held back from the pending
+    writes; health says so (at 12da15c only a log line did). Negative control: the same
+    verified feed with nothing held is HEALTHY."""
+    verified = {"verified_at": NOW, "probe_round_trip": 0.001, "stale_after": 5.0}
+    assert _check(_feed(**verified))().status is HealthStatus.HEALTHY
+    held = _check(
+        _feed(
+            **verified,
+            evidence_held_since=NOW,
+            evidence_held_reason="the probe could not be sent through the pool",
+        )
+    )()
+    assert held.status is HealthStatus.DEGRADED
+    assert held.description == (
+        "change feed verified 0.0 s ago, probe round trip 1.0 ms; evidence that the store "
+        "answers held back since 2026-12-01T09:00:00Z: the probe could not be sent through the "
+        "pool; pending writes wait for a probe sent through the pool"
+    )
+    assert held.data["evidenceHeldReason"] == "the probe could not be sent through the pool"

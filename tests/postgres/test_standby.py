@@ -80,28 +80,64 @@ async def _in_recovery(dsn: str) -> bool:
 async def test_a_store_whose_dsn_reaches_a_standby_refuses_start_as_unreachable(
     standby: TemporaryPostgresCluster,
 ) -> None:
-    """FAILS against the old code: start() raised a raw ReadOnlySQLTransactionError (25006,
-    "cannot execute LISTEN during recovery"), which the one rule refuses: an outage looked like
-    a defect. Now it is the store being unreachable for writes, and the text says what to do."""
+    """By default the store refuses a server that cannot take writes when connecting (asyncpg's
+    ``target_session_attrs='read-write'``, decided from what the server reports at login): no
+    connection to a standby is ever opened, let alone pooled. Unreachable, nothing ran.
+
+    With ``target_session_attrs='any'`` the connection is made and the first statement that
+    writes meets 25006 ("cannot execute LISTEN during recovery"), which FAILED against the code
+    before issue 14 as a raw ReadOnlySQLTransactionError the one rule refuses; it is mapped to
+    the same unreachable answer, and the text says what to do."""
     assert await _in_recovery(standby.dsn)
     store = PostgresStore(standby.dsn, **QUICK)
+    assert store.statistics().target_session_attrs == "read-write"
     with pytest.raises(StoreError) as refused:
         await store.start()
     error = refused.value
     assert is_store_unreachable(error), repr(error)
     assert error.may_have_run is False
+    assert error.sqlstate == "08001"
+    assert isinstance(error.__cause__, asyncpg.exceptions.TargetServerAttributeNotMatched)
+    assert "target_session_attrs='read-write' (a standby" in str(error)
+    assert store.feed_backend_pid is None
+
+    anywhere = PostgresStore(standby.dsn, target_session_attrs="any", **QUICK)
+    with pytest.raises(StoreError) as listened:
+        await anywhere.start()
+    error = listened.value
+    assert is_store_unreachable(error), repr(error)
+    assert error.may_have_run is False
     assert isinstance(error.__cause__, asyncpg.exceptions.ReadOnlySQLTransactionError)
     assert "standby in recovery" in str(error)
     assert "target_session_attrs='read-write'" in str(error)
-    assert store.feed_backend_pid is None
+    assert anywhere.feed_backend_pid is None
+
+
+async def test_the_default_session_attrs_give_way_to_the_dsn_and_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default applies only where nothing names one: the argument wins, then the DSN's
+    ``target_session_attrs``, then ``PGTARGETSESSIONATTRS`` (both read by asyncpg itself, so
+    the store passes nothing). Negative control: a plain DSN gets "read-write"."""
+    dsn = "postgresql://postgres@127.0.0.1:1/postgres"
+    monkeypatch.delenv("PGTARGETSESSIONATTRS", raising=False)
+    assert PostgresStore(dsn).statistics().target_session_attrs == "read-write"
+    assert PostgresStore(dsn, target_session_attrs="any").statistics().target_session_attrs == (
+        "any"
+    )
+    in_dsn = PostgresStore(dsn + "?target_session_attrs=primary")
+    assert in_dsn.statistics().target_session_attrs is None
+    monkeypatch.setenv("PGTARGETSESSIONATTRS", "prefer-standby")
+    assert PostgresStore(dsn).statistics().target_session_attrs is None
 
 
 async def test_target_session_attrs_read_write_skips_a_standby_listed_first(
     primary: TemporaryPostgresCluster, standby: TemporaryPostgresCluster
 ) -> None:
-    """With every host listed and target_session_attrs='read-write', the pool and the listener
-    both pick the primary. Negative controls: without it the first host (the standby) is used
-    and start() refuses; with only the standby listed, no host matches (08001, unreachable)."""
+    """With every host listed and target_session_attrs='read-write' (the default), the pool and
+    the listener both pick the primary. Negative controls: with 'any' the first host (the
+    standby) is used and start() refuses; with only the standby listed, no host matches (08001,
+    unreachable)."""
     dsn = _hosts(standby, primary)
     async with PostgresStore(dsn, target_session_attrs="read-write", **QUICK) as store:
         assert store.name == (
@@ -119,7 +155,7 @@ async def test_target_session_attrs_read_write_skips_a_standby_listed_first(
             await conn.close()
         assert listener == 1  # the LISTEN connection is on the primary
     with pytest.raises(StoreError) as first_host:
-        await PostgresStore(dsn, **QUICK).start()
+        await PostgresStore(dsn, target_session_attrs="any", **QUICK).start()
     assert "standby" in str(first_host.value)
     with pytest.raises(StoreError) as no_primary:
         await PostgresStore(
@@ -176,7 +212,7 @@ async def test_a_write_that_reaches_a_standby_in_a_failover_is_unavailable_then_
                 await first_value(store.write(doc("fo/direct")), timeout=WAIT)
             assert is_store_unreachable(refused.value)
             assert not is_write_outcome_unknown(refused.value)
-            assert "standby in recovery" in str(refused.value)
+            assert "target_session_attrs='read-write' (a standby" in str(refused.value)
 
             await asyncio.to_thread(primary.stop, "fast")  # the old primary is gone
             primary_stopped = True
@@ -213,8 +249,12 @@ async def _replayed(standby: TemporaryPostgresCluster, schema: str) -> None:
         await replica.close()
 
 
+@pytest.mark.parametrize("attrs", [None, "any"])
 async def test_the_pool_leaves_a_standby_when_the_address_leads_back_to_the_primary(
-    primary: TemporaryPostgresCluster, standby: TemporaryPostgresCluster, tmp_path: Path
+    primary: TemporaryPostgresCluster,
+    standby: TemporaryPostgresCluster,
+    tmp_path: Path,
+    attrs: str | None,
 ) -> None:
     """The address (a proxy standing in for a VIP or a DNS name) moves to the standby and BACK,
     without the standby's connections being reset (a VIP that moves back leaves them open).
@@ -226,20 +266,32 @@ async def test_the_pool_leaves_a_standby_when_the_address_leads_back_to_the_prim
     Fails at 1d389e8 because a connection that answered 25006 went back to the pool: every
     later write and every probe took it again and met the standby (for minutes), nothing was
     declared, and the intents stayed pending. The negative control is the first half: while
-    the address leads to the standby, nothing is re-issued and the creates are UNAVAILABLE."""
+    the address leads to the standby, nothing is re-issued and the creates are UNAVAILABLE.
+
+    Both ways in: by default (``None``: "read-write") a connection to the standby is refused
+    at login, so reads are refused too and nothing of the standby is pooled (at 12da15c reads
+    answered from the standby and kept its connections pooled until a write met 25006); with
+    ``"any"`` reads answer from the standby and 25006 closes what a write met."""
+    part = f"back{attrs or ''}"
     async with FaultProxy("127.0.0.1", primary.port) as proxy:
-        store = PostgresStore(proxy.dsn(primary.dsn), pooled=False, max_size=3, **QUICK)
+        store = PostgresStore(
+            proxy.dsn(primary.dsn),
+            pooled=False,
+            max_size=3,
+            target_session_attrs=attrs,
+            **QUICK,
+        )
         await store.start()
         mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(tmp_path / "journal"))
-        schema = store.schema_of("back")
+        schema = store.schema_of(part)
         try:
-            await mesh.create(doc("back/seed"), access=ALICE)
+            await mesh.create(doc(f"{part}/seed"), access=ALICE)
             await _replayed(standby, schema)
             collected = Outcomes(mesh.ledger)
 
             proxy.retarget("127.0.0.1", standby.port)
             proxy.reset()  # the move drops what was open; new connections reach the standby
-            during = [f"back/during-{n}" for n in range(3)]
+            during = [f"{part}/during-{n}" for n in range(3)]
             for path in during:
                 answer = await first_value(
                     mesh.create_node(CreateNodeRequest(node=doc(path), access=ALICE)),
@@ -248,8 +300,16 @@ async def test_the_pool_leaves_a_standby_when_the_address_leads_back_to_the_prim
                 assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
                 assert answer.recorded_for_reissue is True
                 assert answer.outcome_unknown is False
-            # Reads answer on a standby: they leave its connections in the pool.
-            await asyncio.gather(*(first_value(store.read("back/seed")) for _ in range(3)))
+            if attrs == "any":
+                # Reads answer on a standby: they leave its connections in the pool.
+                await asyncio.gather(*(first_value(store.read(f"{part}/seed")) for _ in range(3)))
+            else:
+                # By default no connection to it is opened: a read is refused as unreachable
+                # rather than answered from a standby.
+                with pytest.raises(StoreError) as read_refused:
+                    await first_value(store.read(f"{part}/seed"), timeout=WAIT)
+                assert is_store_unreachable(read_refused.value)
+                assert read_refused.value.sqlstate == "08001"
             assert collected.got == []  # nothing re-issued while the address leads to a standby
 
             proxy.retarget("127.0.0.1", primary.port)  # back, the standby's connections kept
@@ -258,7 +318,7 @@ async def test_the_pool_leaves_a_standby_when_the_address_leads_back_to_the_prim
                 (path, Verdict.LANDED) for path in during
             ]
             after = await first_value(
-                mesh.create_node(CreateNodeRequest(node=doc("back/after"), access=ALICE)),
+                mesh.create_node(CreateNodeRequest(node=doc(f"{part}/after"), access=ALICE)),
                 timeout=WAIT,
             )
             assert after.success, after
@@ -270,5 +330,5 @@ async def test_the_pool_leaves_a_standby_when_the_address_leads_back_to_the_prim
         rows = await conn.fetch(f'SELECT path FROM "{schema}".nodes ORDER BY path')
     finally:
         await conn.close()
-    docs = [r["path"] for r in rows if r["path"].startswith(("back/after", "back/d", "back/s"))]
-    assert docs == ["back/after", *during, "back/seed"]  # each once
+    docs = [r["path"] for r in rows if r["path"].startswith(f"{part}/") and "/_" not in r["path"]]
+    assert docs == [f"{part}/after", *during, f"{part}/seed"]  # each once
