@@ -5,9 +5,10 @@
   consumer never grows memory without bound (query frames coalesce into the latest state; other
   items wait in a bounded buffer, then :class:`~rxmesh.exceptions.SlowConsumerError`).
 - :func:`reopen_on_transient_fault_async` and :func:`retry_transient_connect_async` — the ladder's
-  two rules for async iterators and async-generator functions (re-exported from
-  :mod:`rxmesh.operators`).
-- :func:`from_async` is lazy: every subscription starts a NEW coroutine (so a retry or a re-open
+  two rules (:mod:`rxmesh.operators`) for async iterators and async-generator functions: same
+  defaults, classifiers and hooks, "only before the first item" and "an item resets the budget";
+  nothing yielded is yielded twice.
+- :func:`from_async` is lazy: every subscription starts a new coroutine (so a retry or a re-open
   really re-runs the work) and disposing the subscription cancels it. :func:`first_value` awaits
   the first item of an observable.
 
@@ -29,7 +30,8 @@ from reactivex.disposable import SerialDisposable
 from rxmesh._arguments import at_least
 from rxmesh.exceptions import SlowConsumerError
 from rxmesh.model import FrameKind, MeshNode, QueryFrame
-from rxmesh.operators import reopen_on_transient_fault_async, retry_transient_connect_async
+from rxmesh.operators._aio_reopen_on_transient_fault import reopen_on_transient_fault_async
+from rxmesh.operators._aio_retry_transient_connect import retry_transient_connect_async
 
 __all__ = [
     "DEFAULT_MAX_PENDING",

@@ -1,25 +1,21 @@
 """Pipeable reactivex operators of rxmesh: the retry ladder and the standing-watch re-open.
 
-- :func:`retry_transient_connect` (SPEC §2) — ``source.pipe(retry_transient_connect())``:
+- :func:`retry_transient_connect` — ``source.pipe(retry_transient_connect())``:
   resubscribes a cold source after a transient connect fault, only before its first item, waiting
   :data:`DEFAULT_RETRY_DELAYS` (0.25 s, 0.5 s, 1.0 s); then the last error surfaces unchanged.
   An empty ``delays`` is legal and means "never retry".
-- :func:`reopen_on_transient_fault` (SPEC §6) — ``reopen_on_transient_fault(factory)``: a standing
+- :func:`reopen_on_transient_fault` — ``reopen_on_transient_fault(factory)``: a standing
   watch that calls its factory again after a transient fault, waiting
   :data:`DEFAULT_REOPEN_BACKOFF` (2, 5, 15, 30, 60 s) for at most
   :data:`DEFAULT_MAX_CONSECUTIVE_REOPENS` (5) re-opens in a row without an emission.
-- :func:`retry_transient_connect_async` and :func:`reopen_on_transient_fault_async` — the same two
-  rules for async iterators, as decorators on an async-generator function (``async for`` instead
-  of ``subscribe``), driving the very same ladder definitions: same defaults, classifiers, hooks,
-  "only before the first item" and "an item resets the budget"; nothing yielded is yielded twice.
-
 - :class:`Ladder` — the ladder itself: ``await Ladder.of().call(coroutine_function)`` runs a
   one-shot coroutine through it (the mesh's own store calls go this way); :class:`ReopenLadder`
   is the re-open schedule.
 
 Each takes ``jitter=`` (off by default: the schedules above are the contract; with it, up to that
 fraction of each delay is added at random, from ``random=``), and all the waits shrink at once
-under :func:`rxmesh.testing.set_testing`.
+under :func:`rxmesh.testing.set_testing`. The same two rules for async iterators, as decorators
+on an async-generator function, are in :mod:`rxmesh.aio`.
 
 All take ``scheduler=``; without one the operators use the subscription's scheduler, else the
 running asyncio loop, never a thread timer inside an asyncio application (the async drivers:
@@ -29,8 +25,14 @@ running asyncio loop, never a thread timer inside an asyncio application (the as
 
 from __future__ import annotations
 
-from rxmesh.operators._aio_reopen_on_transient_fault import reopen_on_transient_fault_async
-from rxmesh.operators._aio_retry_transient_connect import retry_transient_connect_async
+# The async drivers' home is rxmesh.aio; these imports keep ``from rxmesh.operators import ...``
+# working, outside __all__.
+from rxmesh.operators._aio_reopen_on_transient_fault import (
+    reopen_on_transient_fault_async as reopen_on_transient_fault_async,
+)
+from rxmesh.operators._aio_retry_transient_connect import (
+    retry_transient_connect_async as retry_transient_connect_async,
+)
 from rxmesh.operators._fan_in import DEFAULT_INITIAL_BUDGET, fan_in
 from rxmesh.operators._ladder import Ladder, ReopenLadder
 from rxmesh.operators._reopen_on_transient_fault import (
@@ -52,7 +54,5 @@ __all__ = [
     "ReopenLadder",
     "fan_in",
     "reopen_on_transient_fault",
-    "reopen_on_transient_fault_async",
     "retry_transient_connect",
-    "retry_transient_connect_async",
 ]

@@ -2,8 +2,8 @@
 
 :func:`drive` holds no rule of its own. It opens the async iterable, yields every item exactly
 once, and when an opening fails it asks ``decide(fault, emitted)`` — a closure over
-:meth:`Ladder.step <rxmesh.operators._ladder.Ladder.step>` or
-:meth:`ReopenLadder.step <rxmesh.operators._ladder.ReopenLadder.step>` — for the delay before the
+:meth:`Ladder.step <rxmesh.operators.Ladder.step>` or
+:meth:`ReopenLadder.step <rxmesh.operators.ReopenLadder.step>` — for the delay before the
 next opening, or ``None`` to raise the fault itself, unchanged.
 """
 

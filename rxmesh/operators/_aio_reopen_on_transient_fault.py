@@ -1,7 +1,7 @@
-"""``reopen_on_transient_fault_async``: a standing watch written as ``async for`` (SPEC §6).
+"""``reopen_on_transient_fault_async``: a standing watch written as ``async for``.
 
 The asyncio counterpart of :func:`~rxmesh.operators.reopen_on_transient_fault`, with the same
-:class:`~rxmesh.operators._ladder.ReopenLadder`: after a transient fault the factory is called
+:class:`~rxmesh.operators.ReopenLadder`: after a transient fault the factory is called
 again (a fresh upstream every time), at most five times in a row without an item, waiting 2, 5,
 15, 30, 60 s; any item resets the count. Items already yielded are never yielded again.
 """
@@ -61,7 +61,7 @@ def reopen_on_transient_fault_async(
 
 
 def reopen_on_transient_fault_async(
-    open: Callable[[], AsyncIterable[T]] | None = None,  # the SPEC's name for the factory
+    open: Callable[[], AsyncIterable[T]] | None = None,  # the factory, passed as ``open=``
     *,
     backoff: Sequence[float] = DEFAULT_REOPEN_BACKOFF,
     max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
@@ -77,7 +77,7 @@ def reopen_on_transient_fault_async(
     async-generator function (each call of it is one watch). On a fault ``f`` of an opening:
     ``n = (0 if this opening yielded anything else the previous n) + 1``; if
     ``not is_transient(f)`` or ``n > max_consecutive`` the ``async for`` raises ``f`` unchanged
-    (the same object); otherwise ``on_reopen(f, n, delay)`` runs BEFORE waiting
+    (the same object); otherwise ``on_reopen(f, n, delay)`` runs before waiting
     ``delay = backoff[min(n, len(backoff)) - 1]``, then the factory is called again. A factory
     that raises counts as a fault of that opening. If ``is_transient`` or ``on_reopen`` raises,
     that exception ends the watch. The end of the iterable ends the watch; cancelling during a
@@ -101,7 +101,7 @@ def reopen_on_transient_fault_async(
         ValueError: an empty ``backoff``, a negative or non-finite delay, ``max_consecutive < 0``.
 
     Example:
-        >>> from rxmesh.operators import reopen_on_transient_fault_async
+        >>> from rxmesh.aio import reopen_on_transient_fault_async
         >>> @reopen_on_transient_fault_async(backoff=(1, 2))
         ... async def census():
         ...     yield "reading"

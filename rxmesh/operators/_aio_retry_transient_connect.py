@@ -1,8 +1,8 @@
-"""``retry_transient_connect_async``: the first rung of the ladder for async iterators (SPEC §2).
+"""``retry_transient_connect_async``: the first rung of the ladder for async iterators.
 
 The asyncio counterpart of :func:`~rxmesh.operators.retry_transient_connect`, with the same
-:class:`~rxmesh.operators._ladder.Ladder`: an async-generator function (or any callable returning
-an async iterable) that fails to reach its store BEFORE yielding anything is called again after
+:class:`~rxmesh.operators.Ladder`: an async-generator function (or any callable returning
+an async iterable) that fails to reach its store before yielding anything is called again after
 each delay; after its first item a fault propagates at once, so nothing is yielded twice.
 """
 
@@ -45,7 +45,7 @@ def retry_transient_connect_async(
 
     Each call of the decorated function is one iteration with its own budget: at most
     ``len(delays)`` new calls (with the same arguments), waiting ``delays[i]`` before the i-th.
-    Giving up (not retryable, already yielded, budget spent) raises the LAST error, the very same
+    Giving up (not retryable, already yielded, budget spent) raises the last error, the very same
     object, at the ``async for``. If ``should_retry`` or ``on_retry`` raises, that exception ends
     the iteration instead. Cancelling during a wait cancels it, and nothing is called again;
     leaving the loop closes the current iterator (``aclose``).
@@ -65,7 +65,7 @@ def retry_transient_connect_async(
         ValueError: a negative or non-finite delay.
 
     Example:
-        >>> from rxmesh.operators import retry_transient_connect_async
+        >>> from rxmesh.aio import retry_transient_connect_async
         >>> @retry_transient_connect_async()
         ... async def orders():
         ...     yield "order 1"

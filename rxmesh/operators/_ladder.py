@@ -1,4 +1,4 @@
-"""The retry ladder's ONE definition: its delays, its classifier, its hook, and the rule that
+"""The retry ladder's one definition: its delays, its classifier, its hook, and the rule that
 decides between "retry after d seconds" and "give up with the last error"; and the standing
 watch's re-open schedule, :class:`ReopenLadder`, defined once the same way.
 
@@ -8,9 +8,9 @@ optional jitter, scaled while :func:`rxmesh.testing.set_testing` is on.
 Thin drivers use them and hold no rule of their own: the reactivex operator
 :func:`~rxmesh.operators.retry_transient_connect` (for streams: "before the first item"),
 :meth:`Ladder.call` (for one-shot coroutines: a coroutine has no item before its result, so every
-failure is "before the first item") and :func:`~rxmesh.operators.retry_transient_connect_async`
+failure is "before the first item") and :func:`~rxmesh.aio.retry_transient_connect_async`
 (for async iterators); :func:`~rxmesh.operators.reopen_on_transient_fault` and
-:func:`~rxmesh.operators.reopen_on_transient_fault_async` for the re-open.
+:func:`~rxmesh.aio.reopen_on_transient_fault_async` for the re-open.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ class Ladder:
         return cls(ladder, should_retry, on_retry, validate_jitter(jitter, random), random)
 
     def step(self, error: BaseException, retries: int, *, emitted: bool) -> float | None:
-        """THE rule: after the failure ``error`` (with ``retries`` retries made so far, and
+        """The rule: after the failure ``error`` (with ``retries`` retries made so far, and
         ``emitted`` whether anything reached downstream), the delay before the next attempt, or
         ``None`` to give up — the driver then surfaces ``error`` itself, unchanged.
 
@@ -250,7 +250,7 @@ class Ladder:
     ) -> T:
         """Await ``work()``; after a failure the ladder accepts, wait and call it again.
 
-        Giving up raises the LAST error, the very same object. ``CancelledError`` (a
+        Giving up raises the last error, the very same object. ``CancelledError`` (a
         ``BaseException``) is never classified: it propagates at once, and cancelling during a
         wait cancels the timer (nothing runs again).
         """
@@ -307,7 +307,7 @@ class ReopenLadder:
     def step(
         self, fault: BaseException, consecutive: int, *, emitted: bool
     ) -> tuple[int, float | None]:
-        """THE rule: after the opening that ended with ``fault`` (``consecutive`` re-opens in a row
+        """The rule: after the opening that ended with ``fault`` (``consecutive`` re-opens in a row
         so far, ``emitted`` whether that opening delivered anything), the new count ``n`` and the
         delay before re-opening, or ``None`` to end the watch — the driver then surfaces
         ``fault`` itself, unchanged.

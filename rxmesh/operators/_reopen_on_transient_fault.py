@@ -1,4 +1,4 @@
-"""``reopen_on_transient_fault``: a standing watch is its own caller (SPEC §6).
+"""``reopen_on_transient_fault``: a standing watch is its own caller.
 
 A one-shot read has a next caller; a standing watch does not. After a transient fault it re-opens
 through its factory (a fresh upstream every time) on a bounded ladder, and only after a transient
@@ -41,7 +41,7 @@ _T = TypeVar("_T")
 
 
 def reopen_on_transient_fault(
-    open: Callable[[], Observable[_T]],  # the SPEC's name for the factory
+    open: Callable[[], Observable[_T]],  # the factory, passed as ``open=``
     *,
     backoff: Sequence[float] = DEFAULT_REOPEN_BACKOFF,
     max_consecutive: int = DEFAULT_MAX_CONSECUTIVE_REOPENS,
@@ -57,7 +57,7 @@ def reopen_on_transient_fault(
     upstream (a factory handing back one cached observable that latched the fault defeats this).
     On a fault ``f``: ``n = (0 if this opening emitted anything else the previous n) + 1``. If
     ``not is_transient(f)`` or ``n > max_consecutive`` the watch ends with ``f`` unchanged (the
-    same object). Otherwise ``on_reopen(f, n, delay)`` runs BEFORE waiting
+    same object). Otherwise ``on_reopen(f, n, delay)`` runs before waiting
     ``delay = backoff[min(n, len(backoff)) - 1]``, then the factory is called again. Completion
     completes the watch; disposal cancels a pending backoff. A factory that raises counts as a
     fault of that opening and is judged the same way. If ``is_transient`` or ``on_reopen``
@@ -154,7 +154,7 @@ def reopen_on_transient_fault(
             except Exception as exc:  # noqa: BLE001 - not swallowed: a fault of this opening, judged
                 on_error(exc)
                 return
-            # Each opening takes its slot BEFORE the subscribe call: an opening that fails inside
+            # Each opening takes its slot before the subscribe call: an opening that fails inside
             # that call can be re-opened before the call returns (a zero delay on a synchronous
             # scheduler or a thread timer), and then the newer opening owns ``upstream``; storing
             # the older one after it would dispose the live one.

@@ -1,6 +1,6 @@
-"""``retry_transient_connect``: the first rung of the ladder (SPEC §2).
+"""``retry_transient_connect``: the first rung of the ladder.
 
-Retry once, then answer: a cold source that fails to reach its store BEFORE emitting anything is
+Retry once, then answer: a cold source that fails to reach its store before emitting anything is
 resubscribed after each delay of a short ladder; the last error then surfaces unchanged to the
 consumer's terminal arm, which classifies and answers and never retries again.
 """
@@ -43,7 +43,7 @@ def retry_transient_connect(
     first item a fault propagates at once (a resubscribe would mint a second Initial into a merge
     that has already counted this source). At most ``len(delays)`` resubscriptions, waiting
     ``delays[i]`` before the i-th. Giving up (not retryable, already emitted, budget spent) calls
-    ``on_error`` with the LAST error, the very same object. If ``should_retry`` or ``on_retry``
+    ``on_error`` with the last error, the very same object. If ``should_retry`` or ``on_retry``
     raises, that exception ends the stream instead (no retry is scheduled).
 
     Args:
@@ -119,7 +119,7 @@ def retry_transient_connect(
                     subscribe_upstream()
 
             def subscribe_upstream() -> None:
-                # Each subscription takes its slot BEFORE the subscribe call: a source that fails
+                # Each subscription takes its slot before the subscribe call: a source that fails
                 # inside that call can be resubscribed before the call returns (a zero delay on a
                 # synchronous scheduler or a thread timer), and then the newer subscription owns
                 # ``upstream``; storing the older one after it would dispose the live one.

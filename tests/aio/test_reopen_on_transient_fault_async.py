@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator
 import pytest
 from reactivex.testing import TestScheduler
 
+from rxmesh.aio import reopen_on_transient_fault_async
 from rxmesh.exceptions import MeshDisposedError
-from rxmesh.operators import reopen_on_transient_fault, reopen_on_transient_fault_async
+from rxmesh.operators import reopen_on_transient_fault
 from tests.aio._shared import Script, consume, until
 from tests.operators._shared import connect_fault
 

@@ -15,11 +15,8 @@ from contextlib import aclosing
 import pytest
 from reactivex.testing import TestScheduler
 
-from rxmesh.operators import (
-    DEFAULT_RETRY_DELAYS,
-    retry_transient_connect,
-    retry_transient_connect_async,
-)
+from rxmesh.aio import retry_transient_connect_async
+from rxmesh.operators import DEFAULT_RETRY_DELAYS, retry_transient_connect
 from rxmesh.testing import unreachable_error
 from tests.aio._shared import Script, consume, until
 from tests.operators._shared import connect_fault

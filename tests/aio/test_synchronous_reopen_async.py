@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from reactivex.scheduler import ImmediateScheduler
 
+from rxmesh.aio import reopen_on_transient_fault_async, retry_transient_connect_async
 from rxmesh.exceptions import StoreError
-from rxmesh.operators import reopen_on_transient_fault_async, retry_transient_connect_async
 
 
 class Openings:

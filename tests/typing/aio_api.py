@@ -6,9 +6,13 @@ from collections.abc import AsyncIterator
 
 from reactivex import Observable
 
-from rxmesh.aio import ObservableIterator, iterate
+from rxmesh.aio import (
+    ObservableIterator,
+    iterate,
+    reopen_on_transient_fault_async,
+    retry_transient_connect_async,
+)
 from rxmesh.model import NodeQuery, QueryFrame
-from rxmesh.operators import reopen_on_transient_fault_async, retry_transient_connect_async
 
 
 @retry_transient_connect_async(delays=(0.1,))
