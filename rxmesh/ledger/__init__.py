@@ -14,16 +14,14 @@ one :class:`~rxmesh.operations.Verdict`, published as a :class:`PendingWriteOutc
 
 from __future__ import annotations
 
+# The exceptions' home is rxmesh.exceptions; these imports keep ``from rxmesh.ledger import ...``
+# working, outside __all__.
+from rxmesh.exceptions import JournalError as JournalError
+from rxmesh.exceptions import PendingWriteHeldError as PendingWriteHeldError
 from rxmesh.ledger._bound import DEFAULT_DURABLE_TIMEOUT
 from rxmesh.ledger._inspect import read_journal
 from rxmesh.ledger._jetstream import JetStreamLedger
-from rxmesh.ledger._journal import JournalError
-from rxmesh.ledger._ledger import (
-    JOURNAL_DIR_ENV,
-    PendingWriteHeldError,
-    PendingWriteLedger,
-    RecordResult,
-)
+from rxmesh.ledger._ledger import JOURNAL_DIR_ENV, PendingWriteLedger, RecordResult
 from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
 from rxmesh.ledger._recovery import (
     DEFAULT_MAX_CONCURRENT_REISSUES,
@@ -41,10 +39,8 @@ __all__ = [
     "Answer",
     "EvidenceSource",
     "JetStreamLedger",
-    "JournalError",
     "LedgerStatistics",
     "PendingWrite",
-    "PendingWriteHeldError",
     "PendingWriteLedger",
     "PendingWriteOutcome",
     "PendingWriteRecovery",

@@ -1,12 +1,12 @@
 """The durable step's bound: a journal that stops answering, or is gone, holds no answer.
 
 A record waits at most ``durable_timeout`` seconds for its durable step (the writer thread's
-group commit, or a format-1 file). Past it, the record is answered NOT recorded and its
+group commit, or a format-1 file). Past it, the record is answered not recorded and its
 reservation rolled back, as if the step had failed: an intent it would have replaced stands,
 unsettled. The writer skips what it has not written yet; a step that returns late is taken back
 (what it wrote for those records is replaced by what the ledger holds for their paths now), so
 no process re-issues what its caller was told was not recorded. ``journal_fault`` says why
-records are answered NOT recorded meanwhile: a step stuck, or a directory deleted or moved away
+records are answered not recorded meanwhile: a step stuck, or a directory deleted or moved away
 (found by the writer, :func:`~rxmesh.ledger._directory.verify_held`).
 """
 
@@ -27,7 +27,7 @@ from rxmesh.ledger._writer import Ticket
 __all__ = ["DEFAULT_DURABLE_TIMEOUT", "BoundedLedger"]
 
 DEFAULT_DURABLE_TIMEOUT = 2.0
-"""Seconds a record waits for its durable step before it is answered NOT recorded."""
+"""Seconds a record waits for its durable step before it is answered not recorded."""
 
 
 class BoundedLedger(LedgerCore):
@@ -92,13 +92,13 @@ class BoundedLedger(LedgerCore):
         return self._wait(ticket)
 
     def _expire_waiter(self, ticket: Ticket) -> None:
-        """On the caller's loop, at the deadline: answer the records NOT recorded."""
+        """On the caller's loop, at the deadline: answer the records not recorded."""
         if self._expire(ticket) and ticket.waiter is not None and not ticket.waiter.done():
             ticket.waiter.set_result(None)
 
     def _expire(self, ticket: Ticket) -> bool:
         """Past the bound, unless its durable step has returned: roll the ticket's records back
-        and answer each NOT recorded. The writer skips what it has not written yet; what it has
+        and answer each not recorded. The writer skips what it has not written yet; what it has
         written is taken back once its step returns (:meth:`_take_back`). Say if it expired."""
         context = ticket.context
         assert isinstance(context, _Record)
@@ -129,7 +129,7 @@ class BoundedLedger(LedgerCore):
 
     def _complete(self, ticket: Ticket) -> None:
         """On the writer thread, once the ticket's step returned: apply it, unless it expired
-        first (then it was answered NOT recorded and rolled back already)."""
+        first (then it was answered not recorded and rolled back already)."""
         context = ticket.context
         if not isinstance(context, _Record):
             super()._complete(ticket)
@@ -146,9 +146,9 @@ class BoundedLedger(LedgerCore):
 
     def _take_back(self, batch: list[Ticket]) -> None:
         """On the writer thread, once a group's step returned: the ops of its expired tickets
-        that were written are replaced by what the ledger holds for their paths NOW (the intent
+        that were written are replaced by what the ledger holds for their paths now (the intent
         they would have replaced if it is still outstanding, else nothing), in the log or as
-        the path's file, so that the next process never re-issues what was NOT recorded."""
+        the path's file, so that the next process never re-issues what was not recorded."""
         assert self._log is not None
         assert self._journal is not None
         paths: dict[str, Format] = {}
@@ -204,7 +204,7 @@ class BoundedLedger(LedgerCore):
 
     @property
     def journal_fault(self) -> str | None:
-        """Why records are answered NOT recorded now, or ``None``: the journal's directory was
+        """Why records are answered not recorded now, or ``None``: the journal's directory was
         deleted or moved away (it never comes back by itself: restart with a journal that
         exists), or its durable step is stuck (a record expired waiting for it, or it is older
         than ``durable_timeout``, and no step has returned since)."""

@@ -36,10 +36,10 @@ _Key = tuple[str, str]  # (path, request_id)
 _NOTHING = object()  # "already recorded or being re-issued": nothing to write
 _APPLY_CHUNK = 256  # reservations applied per lock hold (a 10,000-node bulk must not hog it)
 _ADMIT_CHUNK = 250
-"""A bulk's intents decided AND encoded per loop step (10-20 us each). Encoded here, on the loop,
-not by the writer thread: a thread computing beside the loop stretches every loop step that does
-I/O (each hand-back of the GIL waits up to the 5 ms switch interval), and a 10,000-node bulk's
-encoding made the change feed listener's steps 21-38 ms in 3 of 6 runs (0 of 10 encoded here)."""
+"""A bulk's intents decided and encoded per loop step. Encoded here, on the loop, not by the
+writer thread: a thread computing beside the loop stretches every loop step that does I/O (each
+hand-back of the GIL waits up to the switch interval), the change feed listener's among them
+(docs/performance.md has the measurements)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -153,7 +153,7 @@ class LedgerCore:
         fmt_for_new: Format,
         loop: asyncio.AbstractEventLoop | None,
     ) -> Ticket:
-        """Under the lock: decide, reserve and queue the records of ONE intent, sealed.
+        """Under the lock: decide, reserve and queue the records of one intent, sealed.
 
         Raises:
             PendingWriteHeldError: another requester holds the path (nothing written).
@@ -247,7 +247,7 @@ class LedgerCore:
         self, intents: list[PendingWrite], loop: asyncio.AbstractEventLoop
     ) -> list[Ticket]:
         """Decide and encode a bulk's intents ``_ADMIT_CHUNK`` at a time, yielding to the loop in
-        between (10,000 in one step would hold it for tens of ms); queue them as one ticket.
+        between (a large bulk in one step would hold the loop too long); queue them as one ticket.
 
         One ticket unless a synchronous :meth:`record` had to go through the writer meanwhile:
         it seals the open ticket (a thread blocked behind a ticket its own loop is still filling

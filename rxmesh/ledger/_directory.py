@@ -100,7 +100,7 @@ def _check_directory(directory: Path, info: os.stat_result) -> None:
 def _resolve_checked(given: str) -> tuple[Path, os.stat_result, bool]:
     """Resolve ``given`` as the kernel would, checking every directory the lookup passes through.
 
-    That is each ancestor of the resolved directory AND each directory holding a symlink of the
+    That is each ancestor of the resolved directory and each directory holding a symlink of the
     path as given (or of a symlink's target): whoever can write to any of them chooses where the
     journal is. Each such symlink must be owned by root or this uid too (in a sticky directory
     like ``/tmp`` its owner could replace it; Linux's ``protected_symlinks`` rule). Walks from

@@ -1,4 +1,4 @@
-"""The journal's format 1: one durable file per pending intent, in a private directory (SPEC §5.1).
+"""The journal's format 1: one durable file per pending intent, in a private directory.
 
 Each file is ``<sha256 of the path>.json`` (never the raw path), mode 0600, in a 0700 directory
 owned by this process's user. A file is written durably before its intent counts as recorded:
@@ -208,7 +208,7 @@ class Journal:
 
         Raises:
             JournalError: the file could not be written (or the journal is closed); the intent is
-                NOT recorded.
+                not recorded.
         """
         directory = self._dir_fd()
         name = journal_file_name(intent.key)
@@ -250,7 +250,7 @@ class Journal:
         try:
             self.verify_directory()
         except DirectoryLost:
-            # Not left where a rename back, or a copy, would load what was NOT recorded.
+            # Not left where a rename back, or a copy, would load what was not recorded.
             try:
                 os.unlink(name, dir_fd=directory)
             except OSError:

@@ -1,4 +1,4 @@
-"""The pending-write ledger: intents recorded by the create's unreachable arm (SPEC §5)."""
+"""The pending-write ledger: intents recorded by the create's unreachable arm."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ JOURNAL_DIR_ENV = "RXMESH_PENDING_WRITES_DIR"
 class PendingWriteLedger(BoundedLedger):
     """Holds the creates the store could not be reached for, until each is re-issued once.
 
-    One intent per path. A second record for the same path by the SAME requester replaces the
+    One intent per path. A second record for the same path by the same requester replaces the
     first, and the replaced intent is settled at once (DROPPED, ``superseded_by`` naming the
     request that replaced it); another requester's record is refused with
     :class:`PendingWriteHeldError` while the first is outstanding. So every recorded intent gets
@@ -52,7 +52,7 @@ class PendingWriteLedger(BoundedLedger):
       per intent, two ``fsync``\\ s, written by the writer thread).
 
     A durable step counts only within ``durable_timeout`` and in the directory at the journal's
-    path (not deleted, not moved away); otherwise the record is NOT recorded
+    path (not deleted, not moved away); otherwise the record is not recorded
     (:class:`JournalError`), a late step is taken back, and :attr:`journal_fault` says why.
 
     Call :meth:`close` when done with a journaled ledger: it commits what is queued, stops the
@@ -60,13 +60,13 @@ class PendingWriteLedger(BoundedLedger):
     never holds up interpreter exit).
 
     Args:
-        journal_dir: a directory on a volume that is NOT the database, private to this user
+        journal_dir: a directory on a volume that is not the database, private to this user
             (created 0700 if missing; an existing group/world-writable or foreign-owned directory
             is refused with :class:`JournalError`). One process per directory. ``None`` reads
             ``RXMESH_PENDING_WRITES_DIR``; ``""`` means in memory whatever the environment says.
         durable_timeout: seconds a record waits for its durable step (a journal on a disk or
             file system that stopped answering: a frozen or hung mount) before it is answered
-            NOT recorded. Default :data:`DEFAULT_DURABLE_TIMEOUT` (2 s).
+            not recorded. Default :data:`DEFAULT_DURABLE_TIMEOUT` (2 s).
 
     Raises:
         JournalError: the directory is unsafe or cannot be prepared or read.
@@ -181,7 +181,7 @@ class PendingWriteLedger(BoundedLedger):
     def record(self, intent: PendingWrite) -> bool:
         """Record ``intent``, durably when there is a journal, before returning (blocking).
 
-        The rules, per path (SPEC §5.1):
+        The rules, per path:
 
         - the very intent being re-issued (same path and request id, taken and not settled), or
           one already pending unchanged: nothing happens (a re-issue is never recorded again);
@@ -203,7 +203,7 @@ class PendingWriteLedger(BoundedLedger):
             PendingWriteHeldError: another requester's intent for the path is outstanding.
             JournalError: the journal file could not be written, was written to a directory that
                 is no longer the journal's path, or not within ``durable_timeout``: the intent is
-                NOT recorded (and nothing it would have replaced was settled).
+                not recorded (and nothing it would have replaced was settled).
         """
         superseded: PendingWriteOutcome | None = None
         with self._lock:
@@ -257,7 +257,7 @@ class PendingWriteLedger(BoundedLedger):
                 (raised before anything is written).
             JournalError: the intent cannot be encoded (raised before anything is written), the
                 ledger is closed, or the log could not be made durable in the journal's directory
-                within ``durable_timeout``: the intent is NOT recorded (and nothing it would have
+                within ``durable_timeout``: the intent is not recorded (and nothing it would have
                 replaced was settled).
         """
         if self._journal is None:  # in memory: nothing to wait for
@@ -268,7 +268,7 @@ class PendingWriteLedger(BoundedLedger):
         return result
 
     async def record_many_durably(self, intents: Iterable[PendingWrite]) -> list[RecordResult]:
-        """Record every intent of a bulk in ONE durable step; one result per intent, in order.
+        """Record every intent of a bulk in one durable step; one result per intent, in order.
 
         Each intent is decided as :meth:`record_durably` decides it, in order, before anything
         is written; every admitted one is encoded as it is decided (250 a loop step; the writer
@@ -276,7 +276,7 @@ class PendingWriteLedger(BoundedLedger):
 
         Returns:
             per intent: ``True`` (recorded, durable), ``False`` (already pending unchanged or
-            being re-issued), or the exception that says why it is NOT recorded:
+            being re-issued), or the exception that says why it is not recorded:
             :class:`PendingWriteHeldError` (another requester holds the path) or
             :class:`JournalError` (it cannot be encoded, or the group could not be made durable).
 

@@ -1,4 +1,4 @@
-"""The journal's format 2: an append-only log of segments, committed in groups (SPEC §5.1).
+"""The journal's format 2: an append-only log of segments, committed in groups.
 
 A segment is ``segment-<12-digit number>.log`` (mode 0600) in the journal directory. Its first
 line names the format (``{"format":"rxmesh.pending-write-log/2"}``); every other line is one
@@ -10,7 +10,7 @@ carries ``origin``, ``expected_version``, ``expected_request_id`` and ``target``
 and load as creates, unchanged; a create's entry is still written without them. Replaying the
 segments in number order gives the intents.
 
-Many entries are appended with one ``write`` and made durable with ONE ``fdatasync``: that is
+Many entries are appended with one ``write`` and made durable with one ``fdatasync``: that is
 the group commit. A segment is only ever created complete (temp file, ``fdatasync``, rename,
 ``fsync`` of the directory), holding a snapshot of the live intents; when the current one has
 grown past ``compact_at`` and is mostly dead entries, a new snapshot replaces it and the older
@@ -284,7 +284,7 @@ class Log:
         os.fsync(directory)
 
     def append(self, entries: list[tuple[str, bytes, bool]]) -> None:
-        """Append ``(path, entry, is_put)`` entries with one write and ONE ``fdatasync``.
+        """Append ``(path, entry, is_put)`` entries with one write and one ``fdatasync``.
 
         They count only if the directory written to is still the journal's path afterwards
         (:meth:`Journal.verify_directory`): once per group, not per entry.
@@ -331,7 +331,7 @@ class Log:
     def _forget_group(self) -> None:
         """After :class:`DirectoryLost`: replace the segment that holds the group just appended
         by a snapshot without it, where the directory now is (a moved directory moved back must
-        not re-issue what its callers were told was NOT recorded). In a deleted directory
+        not re-issue what its callers were told was not recorded). In a deleted directory
         nothing can be created, and nothing needs to be."""
         try:
             self.rewrite()
@@ -340,7 +340,7 @@ class Log:
         self._broken = True  # the next group starts from a snapshot, and checks again
 
     def restore(self, entries: list[tuple[str, bytes | None]]) -> None:
-        """Take back puts whose callers were told NOT recorded: per ``(path, entry)``, make
+        """Take back puts whose callers were told not recorded: per ``(path, entry)``, make
         ``entry`` (the put of the path's intent now, or ``None``: it has none) its live entry
         again, durably (appended in one group). If that fails, the next group starts from a
         snapshot that already lacks them.

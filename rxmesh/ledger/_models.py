@@ -58,7 +58,7 @@ def _now() -> datetime:
 
 
 class PendingWrite(BaseModel):
-    """An intent: a write the store could not be reached for, to be re-issued once (SPEC §5).
+    """An intent: a write the store could not be reached for, to be re-issued once.
 
     Args:
         node: the node exactly as requested (same path, which is its id). For a delete and a
@@ -154,7 +154,7 @@ class PendingWriteOutcome(BaseModel):
         reason: the rejection reason of the re-issue's answer (``None`` when it landed, and
             when the intent was superseded).
         detail: the answer's text, for logs and operators.
-        superseded_by: the ``request_id`` of the later request of the SAME requester for the
+        superseded_by: the ``request_id`` of the later request of the same requester for the
             same path that replaced this intent before it was re-issued (the verdict is then
             DROPPED: that later request carries the write); ``None`` otherwise.
         settled_at: when the verdict was reached (UTC).
@@ -193,9 +193,9 @@ class LedgerStatistics:
         quarantined: journal files, log segments or log entries moved aside as ``*.corrupt``.
         group_commits: groups the journal's writer thread made durable (at most one log
             ``fdatasync`` each, however many records shared it).
-        durable_timeouts: record calls answered NOT recorded because the durable step did not
+        durable_timeouts: record calls answered not recorded because the durable step did not
             return within the ledger's ``durable_timeout``.
-        journal_fault: why records are answered NOT recorded now (the journal's directory was
+        journal_fault: why records are answered not recorded now (the journal's directory was
             deleted or moved away, or its durable step is stuck), else ``None``.
         journal_lost: whether that is because the directory was deleted or moved away (it does
             not come back by itself).

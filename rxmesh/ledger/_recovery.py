@@ -1,4 +1,4 @@
-"""Re-issue pending writes when the store shows it answers again, once each (SPEC §5.2-3)."""
+"""Re-issue pending writes when the store shows it answers again, once each."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class _Reissue:
 class PendingWriteRecovery:
     """Re-issues every pending intent when the store's ``answers_again`` evidence arrives.
 
-    Each piece of evidence (a declared change-feed gap, an announced commit) takes EVERY pending
+    Each piece of evidence (a declared change-feed gap, an announced commit) takes every pending
     intent out of the ledger and re-issues it through the mesh's verb that recorded it
     (``create_node``, ``update_node``, ``delete_node``, ``move_node``) with its original node,
     AccessContext, request id and basis, marked ``reissued_after_unavailable``. Each settles as
@@ -346,7 +346,7 @@ class PendingWriteRecovery:
             disposable.dispose()
 
     def _confirm(self, reissue: _Reissue, response: Answer) -> None:
-        """Settle a re-issue whose write may have landed by ONE read (no retry): of its path, or
+        """Settle a re-issue whose write may have landed by one read (no retry): of its path, or
         a move's target (:func:`~rxmesh.ledger._verbs.confirmed` says which verdict the row
         means); a read that fails is DROPPED with the answer's reason."""
         intent = reissue.intent

@@ -2,7 +2,7 @@
 
 Callers hand it :class:`Ticket`\\ s (one per record call: one intent, or every node of a bulk) and
 wait for them. The thread takes everything queued at once, appends every log entry of that group
-with ONE write and ONE ``fdatasync`` (:meth:`Log.append`), writes the format-1 files of the group
+with one write and one ``fdatasync`` (:meth:`Log.append`), writes the format-1 files of the group
 (rare: a path whose intent already lives in one), then completes each ticket in queue order
 (``complete(ticket)`` applies it to the ledger) and wakes the waiters: one ``call_soon_threadsafe``
 per group and event loop. While it waits for the disk the next group gathers: concurrent records
@@ -54,7 +54,7 @@ class Ticket:
     """One caller's durable step, and how its caller learns the result.
 
     A synchronous caller waits on :attr:`done`; a coroutine awaits :attr:`waiter`, which the
-    thread resolves through ONE ``call_soon_threadsafe`` per group and loop (after running
+    thread resolves through one ``call_soon_threadsafe`` per group and loop (after running
     :attr:`publish` there). The ledger's ``complete`` sets :attr:`result` or :attr:`error`.
     """
 
@@ -69,7 +69,7 @@ class Ticket:
     sealed: bool = True  # False while its caller still adds ops: the thread waits for it
     queued: bool = False
     abandoned: bool = False
-    expired: bool = False  # past the ledger's bound: answered NOT recorded, taken back if written
+    expired: bool = False  # past the ledger's bound: answered not recorded, taken back if written
     completing: bool = False  # its durable step returned in time: it can no longer expire
 
     def __repr__(self) -> str:
@@ -112,7 +112,7 @@ class Writer:
         complete: called on the thread with each ticket once its ops are durable or failed
             (each failed op carries its error); it sets the ticket's result.
         take_back: called on the thread after a group's tickets are completed when any of them
-            expired (its caller was told NOT recorded) after some of its ops were written: it
+            expired (its caller was told not recorded) after some of its ops were written: it
             makes the journal forget them, so that no later process re-issues them.
         linger: see :data:`DEFAULT_LINGER_SECONDS`.
     """

@@ -15,7 +15,8 @@ import pytest
 
 from rxmesh import Mesh, MeshNode, RejectionReason
 from rxmesh.aio import first_value
-from rxmesh.ledger import JetStreamLedger, JournalError, PendingWrite
+from rxmesh.exceptions import JournalError
+from rxmesh.ledger import JetStreamLedger, PendingWrite
 from rxmesh.model import AccessContext
 from rxmesh.operations import CreateNodeRequest
 from rxmesh.providers.memory import InMemoryStore

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rxmesh.ledger import JournalError, PendingWriteLedger
+from rxmesh.exceptions import JournalError
+from rxmesh.ledger import PendingWriteLedger
 from tests.ledger._fakes import make_intent
 
 needs_root = pytest.mark.skipif(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rxmesh.exceptions import RxMeshError
-from rxmesh.ledger import JOURNAL_DIR_ENV, JournalError, PendingWriteLedger
+from rxmesh.exceptions import JournalError, RxMeshError
+from rxmesh.ledger import JOURNAL_DIR_ENV, PendingWriteLedger
 from tests.ledger._fakes import make_intent
 
 needs_root = pytest.mark.skipif(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rxmesh.exceptions import RxMeshError
-from rxmesh.ledger import JournalError, PendingWriteLedger, PendingWriteOutcome
+from rxmesh.exceptions import JournalError, RxMeshError
+from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
 from rxmesh.operations import Verdict
 from tests.ledger._fakes import make_intent
 

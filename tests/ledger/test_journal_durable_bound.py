@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from rxmesh.exceptions import JournalError
 from rxmesh.health import HealthStatus, PendingWritesCheck
-from rxmesh.ledger import JournalError, PendingWriteLedger, PendingWriteOutcome
+from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
 from rxmesh.ledger._writer import Ticket
 from rxmesh.operations import Verdict
 from tests.ledger._blocking import BOUND, FdatasyncGate

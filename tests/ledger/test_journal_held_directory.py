@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rxmesh.ledger import JournalError, PendingWriteLedger
+from rxmesh.exceptions import JournalError
+from rxmesh.ledger import PendingWriteLedger
 from rxmesh.ledger._journal import Journal, encode_journal_file, journal_file_name
 from tests.ledger._blocking import BOUND
 from tests.ledger._fakes import make_intent

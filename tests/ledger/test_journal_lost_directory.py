@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from rxmesh.exceptions import JournalError
 from rxmesh.health import HealthStatus, PendingWritesCheck
-from rxmesh.ledger import JournalError, PendingWriteLedger
+from rxmesh.ledger import PendingWriteLedger
 from tests.ledger._fakes import make_intent
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from rxmesh import AccessContext, Mesh, MeshNode
-from rxmesh.ledger import JOURNAL_DIR_ENV, JournalError, PendingWrite, PendingWriteLedger
+from rxmesh.exceptions import JournalError
+from rxmesh.ledger import JOURNAL_DIR_ENV, PendingWrite, PendingWriteLedger
 from rxmesh.providers.memory import InMemoryStore
 
 

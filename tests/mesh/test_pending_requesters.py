@@ -19,7 +19,8 @@ import pytest
 
 from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
 from rxmesh.aio import first_value
-from rxmesh.ledger import PendingWrite, PendingWriteHeldError, PendingWriteLedger
+from rxmesh.exceptions import PendingWriteHeldError
+from rxmesh.ledger import PendingWrite, PendingWriteLedger
 from rxmesh.operations import CreateNodeResponse
 from tests.helpers import Outcomes
 

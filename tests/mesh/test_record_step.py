@@ -15,7 +15,8 @@ from reactivex import operators as ops
 
 from rxmesh import CreateNodeRequest, CreateNodesRequest, MeshNode, RejectionReason
 from rxmesh.aio import first_value
-from rxmesh.ledger import JournalError, PendingWrite, PendingWriteLedger, RecordResult, read_journal
+from rxmesh.exceptions import JournalError
+from rxmesh.ledger import PendingWrite, PendingWriteLedger, RecordResult, read_journal
 from tests.conftest import LogRecords
 
 from .conftest import ALICE, make_mesh

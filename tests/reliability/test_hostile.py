@@ -43,8 +43,8 @@ from reactivex import Observable
 
 from rxmesh import AccessContext, Mesh, MeshNode
 from rxmesh.aio import first_value
-from rxmesh.exceptions import NodeValidationError
-from rxmesh.ledger import JournalError, PendingWriteLedger
+from rxmesh.exceptions import JournalError, NodeValidationError
+from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import (
     MAX_LABEL_LENGTH,
     MAX_REQUEST_ID_LENGTH,
