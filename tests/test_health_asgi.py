@@ -107,7 +107,7 @@ async def test_an_app_with_tags_ignores_the_path() -> None:
 async def test_metrics_under_starlette(route: str) -> None:
     metrics = prometheus.PrometheusInstrument(CollectorRegistry())
     metrics.retries.labels("true").inc()
-    app_ = prometheus.asgi_app(metrics)
+    app_ = prometheus.metrics_app(metrics)
     routes = [Route("/metrics", app_)] if route == "route" else [Mount("/metrics", app_)]
     path = "/metrics" if route == "route" else "/metrics/"
     (response,) = await get(Starlette(routes=routes), path)

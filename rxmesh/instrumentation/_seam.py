@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 enabled = False
-"""True while at least one instrument is installed: THE fast check of every emit point."""
+"""True while at least one instrument is installed: the fast check of every emit point."""
 
 _instruments: tuple[Instrument, ...] = ()
 _lock = threading.Lock()

@@ -145,3 +145,18 @@ async def test_intent_counters_equal_the_runs_verdicts() -> None:
     assert value(samples, "rxmesh_intents_reissued_total") == unavailable
     for verdict, count in books.verdicts.items():
         assert value(samples, "rxmesh_intents_settled_total", verdict=verdict) == count
+
+
+def test_the_metrics_app_has_a_name_of_its_own() -> None:
+    """``metrics_app`` is the exported name; ``asgi_app`` still imports, as the same function,
+    outside ``__all__`` (rxmesh.health.asgi_app is another function). Negative control: any
+    other missing name is still an AttributeError."""
+    from rxmesh.health import asgi_app as health_app
+    from rxmesh.instrumentation import prometheus
+
+    assert "metrics_app" in prometheus.__all__
+    assert "asgi_app" not in prometheus.__all__
+    assert prometheus.asgi_app is prometheus.metrics_app
+    assert prometheus.asgi_app is not health_app
+    with pytest.raises(AttributeError):
+        _ = prometheus.no_such_app
