@@ -1,6 +1,6 @@
-"""Honest diagnosis: whose side stalled when the store could not be reached (SPEC §10).
+"""Honest diagnosis: whose side stalled when the store could not be reached.
 
-A connect timeout is wall-clock; it fires just the same when THIS process stalled (a blocked event
+A connect timeout is wall-clock; it fires just the same when this process stalled (a blocked event
 loop, a long GC pause). So:
 
 - :class:`LoopStallMonitor` ticks on the event loop and records stalls (WARNING "event loop stalled
@@ -12,8 +12,8 @@ loop, a long GC pause). So:
 - :func:`triage` (``python -m rxmesh triage LOG``) reads a serialized loguru log and says whether
   the timeouts cluster after stalls or are spread evenly.
 
-The log field names (:data:`EVENT_STORE_UNREACHABLE`, :data:`EVENT_LOOP_STALL`, ...) are a contract
-with every log already written; see docs/diagnosis.md.
+The log field names (``event``, ``store_unreachable``, ``loop_stall``, ``stall_seconds``, ...) are
+a contract with every log already written; see docs/diagnosis.md.
 """
 
 from __future__ import annotations
@@ -31,13 +31,12 @@ from rxmesh.diagnosis._fields import (
     DEFAULT_LATE_THRESHOLD_SECONDS,
     DEFAULT_SHADOW_SECONDS,
     DEFAULT_TICK_SECONDS,
-    EVENT_LOOP_STALL,
-    EVENT_STORE_UNREACHABLE,
-    FIELD_EVENT,
-    FIELD_STALL_ENDED_BEFORE_SECONDS,
-    FIELD_STALL_GC_SECONDS,
-    FIELD_STALL_SECONDS,
 )
+
+# The log's field names, for the mesh's terminal arm that binds them; users match the strings
+# (docs/diagnosis.md), so they stay out of __all__.
+from rxmesh.diagnosis._fields import EVENT_STORE_UNREACHABLE as EVENT_STORE_UNREACHABLE
+from rxmesh.diagnosis._fields import FIELD_EVENT as FIELD_EVENT
 from rxmesh.diagnosis._monitor import (
     LoopStall,
     LoopStallMonitor,
@@ -60,12 +59,6 @@ __all__ = [
     "DEFAULT_SHADOW_SECONDS",
     "DEFAULT_TICK_SECONDS",
     "ENRICHMENT_THRESHOLD",
-    "EVENT_LOOP_STALL",
-    "EVENT_STORE_UNREACHABLE",
-    "FIELD_EVENT",
-    "FIELD_STALL_ENDED_BEFORE_SECONDS",
-    "FIELD_STALL_GC_SECONDS",
-    "FIELD_STALL_SECONDS",
     "SHARE_THRESHOLD",
     "LoopStall",
     "LoopStallMonitor",

@@ -1,4 +1,4 @@
-"""Stall adjacency: "did THIS process stall just before this fault?", asked by every report.
+"""Stall adjacency: "did this process stall just before this fault?", asked by every report.
 
 The terminal arms call :func:`report_store_unreachable` (or :func:`stall_adjacency` and
 :func:`with_stall_adjacency` when they compose their own text, e.g. the health check), so every

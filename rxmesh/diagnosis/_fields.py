@@ -31,7 +31,7 @@ EVENT_STORE_UNREACHABLE: Final = "store_unreachable"
 """``extra.event`` of every store-unreachable report (the terminal arms' ERROR line)."""
 
 EVENT_LOOP_STALL: Final = "loop_stall"
-"""``extra.event`` of the monitor's WARNING; the record's time is the END of the stall."""
+"""``extra.event`` of the monitor's WARNING; the record's time is the end of the stall."""
 
 FIELD_STALL_SECONDS: Final = "stall_seconds"
 """How long the event loop stalled (on a stall record, and on a report adjacent to one)."""

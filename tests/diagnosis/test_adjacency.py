@@ -8,7 +8,6 @@ import time
 import pytest
 
 from rxmesh.diagnosis import (
-    EVENT_STORE_UNREACHABLE,
     LoopStall,
     LoopStallMonitor,
     StallAdjacency,
@@ -18,6 +17,7 @@ from rxmesh.diagnosis import (
     triage,
     with_stall_adjacency,
 )
+from rxmesh.diagnosis._fields import EVENT_STORE_UNREACHABLE
 from rxmesh.exceptions import StoreError
 from rxmesh.faults import is_store_unreachable
 from tests.diagnosis.conftest import FakeClock, FakeLoop, SerializedLog

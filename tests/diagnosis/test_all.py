@@ -1,4 +1,6 @@
-"""The diagnosis package's __all__ is honest: every name exists, every public name is listed."""
+"""The diagnosis package's __all__ is honest: every name exists, every public name is listed,
+except the log's field-name constants (users match the strings; the mesh's terminal arm binds
+them)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,16 @@ MODULES = [
     "rxmesh.cli",
 ]
 
+LOG_FIELDS = {
+    "EVENT_LOOP_STALL",
+    "EVENT_STORE_UNREACHABLE",
+    "FIELD_EVENT",
+    "FIELD_STALL_ENDED_BEFORE_SECONDS",
+    "FIELD_STALL_GC_SECONDS",
+    "FIELD_STALL_SECONDS",
+}
+"""Names of rxmesh.diagnosis._fields kept out of the package's __all__."""
+
 
 @pytest.mark.parametrize("name", MODULES)
 def test_every_name_in_all_exists(name: str) -> None:
@@ -29,10 +41,11 @@ def test_the_package_exports_every_public_name_of_its_modules() -> None:
     package = importlib.import_module("rxmesh.diagnosis")
     for name in MODULES[1:-1]:
         module = importlib.import_module(name)
-        assert set(module.__all__) <= set(package.__all__), name
+        assert set(module.__all__) - LOG_FIELDS <= set(package.__all__), name
+    assert not LOG_FIELDS & set(package.__all__)
     public = {
         n
         for n, v in vars(package).items()
         if not n.startswith("_") and not isinstance(v, types.ModuleType) and n != "annotations"
     }
-    assert public == set(package.__all__)
+    assert public - LOG_FIELDS == set(package.__all__)

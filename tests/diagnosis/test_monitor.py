@@ -12,11 +12,11 @@ import pytest
 from rxmesh.diagnosis import (
     DEFAULT_LATE_THRESHOLD_SECONDS,
     DEFAULT_TICK_SECONDS,
-    EVENT_LOOP_STALL,
     LoopStall,
     LoopStallMonitor,
     active_monitors,
 )
+from rxmesh.diagnosis._fields import EVENT_LOOP_STALL
 from tests.diagnosis.conftest import FakeClock, FakeLoop, SerializedLog
 
 
