@@ -1,8 +1,8 @@
 """The ``rxmesh`` command line: ``python -m rxmesh <command> ...`` or the ``rxmesh`` script.
 
-Each subcommand is ONE function that registers its parser and sets ``run`` (a function of the
-parsed namespace returning the exit code); :data:`COMMANDS` lists them (``drill``, ``import``,
-``triage``). To add a command, write ``add_<name>(subparsers)`` and append it to :data:`COMMANDS`.
+Each subcommand is one function that registers its parser and sets ``run`` (a function of the
+parsed namespace returning the exit code); ``_COMMANDS`` lists them (``drill``, ``import``,
+``triage``). To add a command, write ``_add_<name>(subparsers)`` and append it to ``_COMMANDS``.
 
 The CLI is an application, so it enables rxmesh's logging (``logger.enable("rxmesh")``) and adds a
 stderr sink for rxmesh records while it runs; both are undone when :func:`main` returns.
@@ -26,9 +26,9 @@ from rxmesh.diagnosis import (
     triage,
 )
 
-__all__ = ["COMMANDS", "Subparsers", "add_drill", "add_import", "add_triage", "main", "run"]
+__all__ = ["main", "run"]
 
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+_Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """What a subcommand's registration function receives."""
 
 
@@ -56,7 +56,7 @@ def _run_triage(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_triage(subparsers: Subparsers) -> None:
+def _add_triage(subparsers: _Subparsers) -> None:
     """``triage LOG [--shadow 5] [--adjacent 0.1]``: do timeouts cluster after loop stalls?"""
     parser = subparsers.add_parser(
         "triage",
@@ -92,7 +92,7 @@ def _run_drill(args: argparse.Namespace) -> int:
     return run(args)
 
 
-def add_drill(subparsers: Subparsers) -> None:
+def _add_drill(subparsers: _Subparsers) -> None:
     """``drill [--dsn DSN] [--json] [--journal-dir D] ...``: the outage drill (rxmesh.drill)."""
     from rxmesh.drill import add_arguments
 
@@ -118,7 +118,7 @@ def _run_import(args: argparse.Namespace) -> int:
     return run(args)
 
 
-def add_import(subparsers: Subparsers) -> None:
+def _add_import(subparsers: _Subparsers) -> None:
     """``import DIR --dsn DSN ...``: bulk-create the nodes described by JSON files (importer)."""
     from rxmesh.importer import FORMAT_HELP, add_arguments
 
@@ -132,7 +132,7 @@ def add_import(subparsers: Subparsers) -> None:
     parser.set_defaults(run=_run_import)
 
 
-COMMANDS: tuple[Callable[[Subparsers], None], ...] = (add_drill, add_import, add_triage)
+_COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (_add_drill, _add_import, _add_triage)
 """The subcommands' registration functions, in the order ``--help`` lists them."""
 
 
@@ -148,15 +148,15 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = _command_in(argv)
-    for register in COMMANDS:
-        if chosen is None or register.__name__ == f"add_{chosen}":
+    for register in _COMMANDS:
+        if chosen is None or register.__name__ == f"_add_{chosen}":
             register(subparsers)
     return parser
 
 
 def _command_in(argv: Sequence[str] | None) -> str | None:
     """The command ``argv`` names, if it names one of ours before any help flag, else ``None``."""
-    names = {register.__name__.removeprefix("add_") for register in COMMANDS}
+    names = {register.__name__.removeprefix("_add_") for register in _COMMANDS}
     words = list(sys.argv[1:] if argv is None else argv)
     index = 0
     while index < len(words):
@@ -201,8 +201,8 @@ def main(argv: Sequence[str] | None = None, *, freeze: bool = False) -> int:
     ``freeze``: once the command's modules are imported, move every object allocated so far out
     of the cyclic collector's reach (:func:`gc.freeze`; they live as long as the process anyway),
     so its full collections during a long command (an import allocates per node) scan only what
-    the command made: about a tenth of an import's CPU. For a process the CLI owns
-    (:func:`run`); a caller's own process is left alone.
+    the command made (docs/performance.md measures it). For a process the CLI owns (:func:`run`);
+    a caller's own process is left alone.
     """
     args = _parser(argv).parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run

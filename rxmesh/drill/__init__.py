@@ -14,7 +14,7 @@ Two stores:
 - PostgreSQL (``dsn=``): the drill starts a loopback :class:`~rxmesh.testing.FaultProxy` in front
   of the given server and talks to it through the proxy; the outage makes the proxy refuse new
   connections and reset every open one; the restore listens again, and the store's own change-feed
-  listener declares the gap when it is back. The drill NEVER stops a server; it uses its own
+  listener declares the gap when it is back. The drill never stops a server; it uses its own
   schemas (a fresh prefix per run) and drops them at the end. Behind a transaction-pooling proxy
   (PgBouncer, RDS Proxy, Supavisor) pass ``listen_dsn=`` a direct connection to the server (the
   store's change feed refuses to start without it); the drill puts a second proxy in front of it
@@ -51,14 +51,17 @@ Example:
 
 from __future__ import annotations
 
-from rxmesh.drill._cli import add_arguments, main, run
+# ``rxmesh drill``'s options and runner, for rxmesh.cli; users run the command or run_drill,
+# so they stay out of __all__.
+from rxmesh.drill._cli import add_arguments as add_arguments
+from rxmesh.drill._cli import run as run
 from rxmesh.drill._drill import (
     DRILL_PARTITION,
     DRILL_REOPEN_BACKOFF,
     DRILL_RETRY_DELAYS,
     SABOTAGES,
 )
-from rxmesh.drill._runner import DrillSetupError, run_drill
+from rxmesh.drill._runner import run_drill
 from rxmesh.drill._timeline import DrillEvent, DrillResult
 from rxmesh.drill.invariants import DrillAccounting, Invariant, RequestAccount, check_invariants
 
@@ -70,12 +73,8 @@ __all__ = [
     "DrillAccounting",
     "DrillEvent",
     "DrillResult",
-    "DrillSetupError",
     "Invariant",
     "RequestAccount",
-    "add_arguments",
     "check_invariants",
-    "main",
-    "run",
     "run_drill",
 ]

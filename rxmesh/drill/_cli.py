@@ -6,14 +6,13 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Sequence
 
 from rxmesh.drill._drill import SABOTAGES
-from rxmesh.drill._runner import DrillSetupError, run_drill
-from rxmesh.exceptions import ChangeFeedUnverifiedError, StoreError
+from rxmesh.drill._runner import run_drill
+from rxmesh.exceptions import ChangeFeedUnverifiedError, DrillSetupError, StoreError
 from rxmesh.faults import is_store_unreachable
 
-__all__ = ["add_arguments", "main", "run"]
+__all__ = ["add_arguments", "run"]
 
 _SCHEMES = ("postgresql://", "postgres://")
 
@@ -32,7 +31,7 @@ def _why_not_begun(cause: BaseException) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the drill's options to ``parser`` (used by ``rxmesh drill`` and :func:`main`)."""
+    """Add the drill's options to ``parser`` (used by ``rxmesh drill``)."""
     parser.add_argument(
         "--dsn",
         help="run against this PostgreSQL server (through a loopback fault proxy the drill "
@@ -114,13 +113,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"rxmesh drill: {_why_not_begun(exc)}", file=sys.stderr)
         return 2
     return result.exit_status
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rxmesh.drill``-style entry: parse ``argv`` and run the drill."""
-    import rxmesh.drill
-
-    description = (rxmesh.drill.__doc__ or "").split("\n")[0]
-    parser = argparse.ArgumentParser(prog="rxmesh drill", description=description)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))

@@ -67,8 +67,8 @@ DRILL_REOPEN_BACKOFF: tuple[float, ...] = (0.1, 0.2, 0.5, 1.0, 2.0)
 SABOTAGES = ("duplicate", "lost-intent")
 """Broken invariants the drill can inject to prove its exit status turns non-zero:
 ``duplicate`` re-creates one outage item under a fresh id (what a caller that mints a new id per
-attempt does); ``lost-intent`` turns off recording for one outage create (the SPEC §5 negative
-control: an UNAVAILABLE create that nobody re-issues)."""
+attempt does); ``lost-intent`` turns off recording for one outage create (the negative control of
+"every UNAVAILABLE write is recorded and re-issued once": a create that nobody re-issues)."""
 
 Sabotage = Literal["duplicate", "lost-intent"]
 

@@ -35,7 +35,7 @@ from rxmesh.operators import (
 if TYPE_CHECKING:
     from rxmesh.testing import OutageBackend
 
-__all__ = ["DrillSetupError", "run_drill"]
+__all__ = ["run_drill"]
 
 
 def _ms(delays: Sequence[float]) -> str:

@@ -79,8 +79,8 @@ def test_main_leaves_rxmesh_logging_as_it_found_it(
 
 
 def test_every_command_is_one_registration_function() -> None:
-    assert cli.add_triage in cli.COMMANDS
-    assert len(set(cli.COMMANDS)) == len(cli.COMMANDS)
+    assert cli._add_triage in cli._COMMANDS
+    assert len(set(cli._COMMANDS)) == len(cli._COMMANDS)
 
 
 def test_python_dash_m_rxmesh_triage_works(clustered_log: Path) -> None:

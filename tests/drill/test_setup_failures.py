@@ -18,8 +18,9 @@ from urllib.parse import urlparse, urlunparse
 import pytest
 
 from rxmesh import cli
-from rxmesh.drill import DrillSetupError, run_drill
 from rxmesh.drill import _runner as runner
+from rxmesh.drill import run_drill
+from rxmesh.exceptions import DrillSetupError
 
 ROOT = Path(__file__).resolve().parents[2]
 
