@@ -77,7 +77,7 @@ class BuildCoordinator:
 
     Registration is idempotent per holder: the same holder asking again for the same fingerprint
     (for instance after its first request timed out, whether or not that request landed) gets
-    the SAME claim back. Another holder is answered ``granted=False`` naming the holder of record
+    the same claim back. Another holder is answered ``granted=False`` naming the holder of record
     (an answer, not an error).
     """
 

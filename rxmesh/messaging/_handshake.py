@@ -1,5 +1,5 @@
 """``retry_unreachable_coordination``: retry "no answer in time" and "nobody answering", then
-say so (SPEC §9)."""
+say so: the build coordination was unreachable, not refused."""
 
 from __future__ import annotations
 

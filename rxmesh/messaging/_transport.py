@@ -3,7 +3,7 @@
 A transport knows nothing of message types: the :class:`~rxmesh.messaging.Router` serialises,
 the transport carries. ``request`` raises ``TimeoutError`` when no reply arrives within
 ``timeout`` seconds (shape (a) of "no answer in time"). When nobody is there to answer it raises
-a :class:`~rxmesh.exceptions.DeliveryFailure`: NOT_FOUND if it KNOWS nothing serves the address
+a :class:`~rxmesh.exceptions.DeliveryFailure`: NOT_FOUND if it knows nothing serves the address
 (a verdict; the in-process transport knows its hubs), NO_RESPONDERS if it only knows that nobody
 answered and cannot tell why (NATS: never served, down, or not re-subscribed yet; an availability
 failure).

@@ -4,7 +4,7 @@ An existing engine, no home-made protocol: a hub at address ``admin/build`` subs
 subject ``<prefix>.admin.build`` and a request is ``nc.request(subject, frame, timeout)``. NATS's
 own answers map onto the contract: its request timeout becomes a ``TimeoutError`` ("no answer in
 time", shape (a)); its no-responders status becomes a NO_RESPONDERS
-:class:`~rxmesh.exceptions.DeliveryFailure`, an availability failure and NOT a NOT_FOUND verdict.
+:class:`~rxmesh.exceptions.DeliveryFailure`, an availability failure and not a NOT_FOUND verdict.
 
 What a NATS deployment cannot tell apart: "no responders" only says that no subscription for the
 subject was known to the server at that moment. That is the same answer for an address no hub

@@ -9,7 +9,7 @@ NO_RESPONDERS failure: over NATS, a coordinator that is down), the door asks the
 - NO-GO -> re-raise the :class:`~rxmesh.exceptions.BuildCoordinationUnreachableError`;
 - UNDETERMINED -> decide locally (the caller's ``decide_locally``).
 
-A witness that cannot be read is NOT "undetermined": its error propagates (a failed read is not
+A witness that cannot be read is not "undetermined": its error propagates (a failed read is not
 an absent record).
 """
 
