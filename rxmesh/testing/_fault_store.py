@@ -1,6 +1,6 @@
-"""``FaultInjectingStore``: wrap any store and make it fail the way real stores fail (SPEC §11).
+"""``FaultInjectingStore``: wrap any store and make it fail the way real stores fail.
 
-Every knob acts when an operation is SUBSCRIBED (lazily), so a retry or a re-open that subscribes
+Every knob acts when an operation is subscribed (lazily), so a retry or a re-open that subscribes
 again meets the knob again; a knob with ``times=`` counts down once per subscription it affects.
 Every operation met is logged in :attr:`FaultInjectingStore.operations` with its outcome (a
 refused write is logged too: "no write was attempted at X" is asserted on this log), counted per
@@ -61,7 +61,8 @@ _T = TypeVar("_T")
 
 
 class FaultInjectingStore:
-    """Wraps any :class:`~rxmesh.providers.Store` and injects the faults of SPEC §11 on demand.
+    """Wraps any :class:`~rxmesh.providers.Store` and injects real stores' faults on demand
+    (unreachable reads and writes, a stalled Initial, a query ending mid-stream, a lost feed).
 
     With no knob set it is transparent: every operation is forwarded to ``inner`` (and logged).
 
@@ -201,7 +202,7 @@ class FaultInjectingStore:
         return len(starts)
 
     def sever_open_queries(self, exc_factory: ExcFactory | None = None) -> int:
-        """End every query subscription open NOW with a mid-stream fault; returns how many.
+        """End every query subscription open now with a mid-stream fault; returns how many.
 
         This is what a store does to a live query whose streaming connection is reset: the
         default error is the incident's chain, :func:`connection_reset_error`. Queries subscribed

@@ -147,7 +147,7 @@ class FaultProxy:
         self._reset_budget = n_bytes
 
     def retarget(self, target_host: str, target_port: int) -> None:
-        """Forward NEW connections to ``target_host:target_port`` (current ones are kept)."""
+        """Forward new connections to ``target_host:target_port`` (current ones are kept)."""
         self._target = (target_host, target_port)
 
     def reset_after_client_sends(self, marker: bytes) -> None:
