@@ -14,7 +14,7 @@ PermissionError`` catches a missing grant)::
     │   │                                 version (another write came first; a verdict)
     │   └── ChangeFeedUnverifiedError     start() refused: probes sent through the pool never
     │                                     reached the LISTEN connection (a pooler? listen_dsn=)
-    ├── QueryProviderStalledError         the fan-in's Initial gate fired (NOT a TimeoutError)
+    ├── QueryProviderStalledError         the fan-in's Initial gate fired (not a TimeoutError)
     ├── DeliveryFailure                   a NACK that crossed a messaging boundary (``error_type``)
     ├── BuildCoordinationUnreachableError the build-claim handshake got no answer (or NO_RESPONDERS)
     ├── MalformedWitnessRecordError       a witness record says nothing readable (also a ValueError)
@@ -32,7 +32,7 @@ PermissionError`` catches a missing grant)::
             ├── InvalidPathError          INVALID_PATH
             └── InvalidNodeTypeError      INVALID_NODE_TYPE
 
-The classification of these (which ones mean "the store could not be reached") is NOT made here:
+The classification of these (which ones mean "the store could not be reached") is not made here:
 it lives in :mod:`rxmesh.faults`, once.
 """
 

@@ -1,4 +1,4 @@
-"""The ONE classification of faults, and the wording of "not attempted".
+"""The one classification of faults, and the wording of "not attempted".
 
 Every layer of rxmesh (the query fan-in retry, the node-operation terminal arms, the standing-watch
 classifier, the stream cache, the health text, the messaging handshake) calls these functions. A
@@ -10,8 +10,8 @@ knows none): asyncpg's ``PostgresError`` family, psycopg's errors, and rxmesh's 
 imports; it imports without asyncpg installed.
 
 Exception groups: :func:`is_transient_connect_fault` and :func:`is_standing_watch_transient`
-judge a group transient only if EVERY branch is (a defect next to a blip is still a defect);
-:func:`is_no_answer_in_time` matches if ANY branch is a timeout (one hop timing out is enough).
+judge a group transient only if every branch is (a defect next to a blip is still a defect);
+:func:`is_no_answer_in_time` matches if any branch is a timeout (one hop timing out is enough).
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ is_store_unreachable = is_transient_connect_fault
 def _anywhere(
     exc: BaseException, walk: _Walk, matches: Callable[[BaseException], bool]
 ) -> bool:
-    """Whether a frame of ``exc``'s chain, or of ANY branch of a group in it, ``matches``.
+    """Whether a frame of ``exc``'s chain, or of any branch of a group in it, ``matches``.
 
     The one walk of the "anywhere" classifiers (a timeout in a cancellation, a disposed mesh, no
     answer in time, nobody answering): outer -> inner, each group branch on its own path.
@@ -244,7 +244,7 @@ def _is_timeout(frame: BaseException) -> bool:
 def is_cooperative_cancellation(exc: BaseException | None) -> bool:
     """Whether ``exc`` is a cooperative cancellation (someone asked this work to stop).
 
-    True for an ``asyncio.CancelledError`` (or a one-branch exception group of one) with NO
+    True for an ``asyncio.CancelledError`` (or a one-branch exception group of one) with no
     ``TimeoutError`` anywhere in its chain. A cancellation carrying a timeout is a fault wearing a
     cancellation's type; it is not matched.
     """
@@ -298,7 +298,7 @@ def _watch_transient_branch(exc: BaseException, walk: _Walk) -> bool:
     # a disposed branch is not transient in every branch, whatever the one rule says of the rest.
     if _anywhere(exc, walk.fork(), _is_disposed):
         return False
-    # A group ANYWHERE in the chain decides (SPEC §6): transient only if every branch is, even
+    # A group anywhere in the chain decides: transient only if every branch is, even
     # when a frame outside it (a network error raised from it, say) would pass on its own.
     search = walk.fork()  # remembers the frames down to the group, so a cycle back stops
     group = _first_group(exc, search)
@@ -365,7 +365,7 @@ def is_write_outcome_unknown(exc: BaseException | None) -> bool:
     """Whether a write that failed with ``exc`` may nevertheless have been applied.
 
     True only for a store-unreachable fault (the one rule) whose chain does not prove the
-    statement never left this process: a connection lost DURING a call (08003/08006, 57P01, a
+    statement never left this process: a connection lost during a call (08003/08006, 57P01, a
     stall after the statement was sent) leaves the outcome unknown — the COMMIT may have landed.
     A connect-phase refusal (:data:`NOT_SENT_SQLSTATES`), or a DB frame saying
     ``may_have_run=False`` (pool exhaustion, a connection known dead before the call), proves
@@ -379,7 +379,7 @@ def is_write_outcome_unknown(exc: BaseException | None) -> bool:
 def describe_not_attempted(operation: str, *, written: Sequence[str] = ()) -> str:
     """The answer text for an operation the store could not evaluate.
 
-    ``written`` names the system records the attempt DID write before the store went away (a
+    ``written`` names the system records the attempt did write before the store went away (a
     partition heal: its ownership record, root or grant). Then the text says so instead of
     "Nothing was written", which would be false; the node the caller asked for was not written
     either way, and retrying the same request stays meaningful (the records are idempotent).

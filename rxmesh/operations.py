@@ -1,8 +1,8 @@
 """Requests, responses and reasons of the node operations (JSON on the wire, pydantic in-process).
 
-:class:`RejectionReason` meanings (SPEC §3):
+:class:`RejectionReason` meanings:
 
-- ``UNAVAILABLE``: NOT evaluated, nothing written; an availability failure, not a verdict.
+- ``UNAVAILABLE``: not evaluated, nothing written; an availability failure, not a verdict.
   Re-issuing the same request with the same node id is meaningful.
 - ``NODE_ALREADY_EXISTS``: a node is at that path, written by another request.
 - ``INVALID_PATH``, ``INVALID_NODE_TYPE``, ``VALIDATION_FAILED``: the request is wrong; fix it.
@@ -232,7 +232,7 @@ class CreateNodesResponse(NodeResponse):
 
     When the store was unreachable, every path of ``not_created`` is in exactly one of
     ``recorded_for_reissue`` (its intent was recorded: re-issued once on evidence, one verdict on
-    ``mesh.ledger.outcomes``) and ``not_recorded`` (it will NOT be re-issued; the text gives the
+    ``mesh.ledger.outcomes``) and ``not_recorded`` (it will not be re-issued; the text gives the
     counts and why).
     """
 
