@@ -65,6 +65,10 @@ from rxmesh.drill._runner import run_drill
 from rxmesh.drill._timeline import DrillEvent, DrillResult
 from rxmesh.drill.invariants import DrillAccounting, Invariant, RequestAccount, check_invariants
 
+# DrillSetupError's home is rxmesh.exceptions; this import keeps ``from rxmesh.drill import ...``
+# working, outside __all__.
+from rxmesh.exceptions import DrillSetupError as DrillSetupError
+
 __all__ = [
     "DRILL_PARTITION",
     "DRILL_REOPEN_BACKOFF",
