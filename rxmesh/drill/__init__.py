@@ -20,7 +20,7 @@ Two stores:
   store's change feed refuses to start without it); the drill puts a second proxy in front of it
   and cuts both.
 
-In both, the drill also ends the census's open live query with the incident's chain (a DB frame
+In both, the drill also ends the census's open live query with a connection reset (a DB frame
 from ``ConnectionResetError(104)``), as a live query reading over the cut connection sees it.
 
 The retry ladder and re-open backoff are shortened (parameters) so the drill takes seconds; the

@@ -44,7 +44,7 @@ def connect_timeout_error(store: str = "store") -> Exception:
 
 
 def connection_reset_error(store: str = "store") -> Exception:
-    """The incident's mid-stream chain: a DB frame with no sqlstate from
+    """A connection lost mid-stream, as drivers report it: a DB frame with no sqlstate from
     ``ConnectionResetError(104, "Connection reset by peer")``."""
     return _chained(
         StoreError(f"store '{store}': connection lost mid-stream", sqlstate=None, store=store),

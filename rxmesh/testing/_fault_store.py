@@ -181,7 +181,7 @@ class FaultInjectingStore:
         """Make the next ``times`` query subscriptions (of ``query``, or any) die right after
         delivering ``after_frames`` frames (0: before the Initial).
 
-        The default error is the incident's chain, :func:`connection_reset_error`.
+        The default error is a connection reset, :func:`connection_reset_error`.
         """
         if after_frames < 0 or times < 1:
             raise ValueError(f"need after_frames >= 0 and times >= 1, got {after_frames}, {times}")
@@ -205,7 +205,7 @@ class FaultInjectingStore:
         """End every query subscription open now with a mid-stream fault; returns how many.
 
         This is what a store does to a live query whose streaming connection is reset: the
-        default error is the incident's chain, :func:`connection_reset_error`. Queries subscribed
+        default error is a connection reset, :func:`connection_reset_error`. Queries subscribed
         later are not affected (see :meth:`die_mid_stream` for those).
         """
         factory = exc_factory or (lambda: connection_reset_error(self._name))

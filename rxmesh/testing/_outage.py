@@ -14,7 +14,7 @@ cut a store off and bring it back, and to read afterwards what really landed, be
   stops the server itself, the restore starts it again on its port.
 
 Both wrap the store in a :class:`FaultInjectingStore` (``faults``), so a caller can also sever the
-open live queries with the incident's chain.
+open live queries with a connection reset (:func:`~rxmesh.testing.connection_reset_error`).
 """
 
 from __future__ import annotations
