@@ -1,7 +1,7 @@
 """The ledger's state and its durable steps' bookkeeping (the public API is in ``_ledger.py``).
 
 A record is decided at once, under the lock (the replacement rule, the encoding), and the path is
-RESERVED for the new intent then: it is the path's holder from that moment, so two concurrent
+reserved for the new intent then: it is the path's holder from that moment, so two concurrent
 records of one path resolve exactly as two sequential ones. The intent becomes pending only once
 its durable step returned (``_complete``, on the writer thread). If that step failed the
 reservation is rolled back: the holder is the one before it again (or nobody, and the copy of an

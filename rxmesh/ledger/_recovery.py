@@ -32,7 +32,7 @@ __all__ = [
 
 DEFAULT_MAX_CONCURRENT_REISSUES = 32
 """Re-issues in flight at once. A burst of thousands would exhaust a connection pool, and an
-exhausted pool answers UNAVAILABLE, which would DROP intents the store could have taken."""
+exhausted pool answers UNAVAILABLE, which would drop intents the store could have taken."""
 
 
 class EvidenceSource(Protocol):
