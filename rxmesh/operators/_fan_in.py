@@ -2,7 +2,7 @@
 
 Each provider stream is "one Initial frame, then deltas". The fan-in retries each provider's
 connect on the ladder (:func:`~rxmesh.operators.retry_transient_connect`), emits one merged Initial
-once every provider has answered, then forwards the deltas. The gate is a BOUND, not a wait: a
+once every provider has answered, then forwards the deltas. The gate is a bound, not a wait: a
 one-shot timer armed at subscribe fails the merge with :class:`QueryProviderStalledError` naming the
 providers that had not answered; it is disposed as soon as all have, so a healthy query holds
 nothing.
