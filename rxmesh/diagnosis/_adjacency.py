@@ -145,7 +145,7 @@ def report_store_unreachable(
     The record binds ``event="store_unreachable"``, the caller's ``fields`` (e.g. ``store``,
     ``operation``, ``path``) and, when a stall ended within ``shadow`` seconds before now,
     ``stall_seconds``, ``stall_ended_before_seconds`` and ``stall_gc_seconds``. The message is
-    worded by the caller about the STORE ("store 'postgres@db:5432' unreachable while creating
+    worded by the caller about the store ("store 'postgres@db:5432' unreachable while creating
     'a/b'"); the adjacency sentence is appended to it.
 
     Returns:
