@@ -167,7 +167,11 @@ exported by their home only (the other module keeps them importable, outside ``_
 
 NOT_EXPORTED: dict[str, list[str]] = {
     "rxmesh.cli": ["COMMANDS", "Subparsers", "add_drill", "add_import", "add_triage"],
-    "rxmesh.drill": ["add_arguments", "main", "run"],
+    "rxmesh.drill": [
+        "add_arguments", "main", "run", "DRILL_PARTITION", "DRILL_REOPEN_BACKOFF",
+        "DRILL_RETRY_DELAYS",
+    ],
+    "rxmesh.messaging": ["MAX_HOPS"],
     "rxmesh.diagnosis": [
         "EVENT_LOOP_STALL", "EVENT_STORE_UNREACHABLE", "FIELD_EVENT",
         "FIELD_STALL_ENDED_BEFORE_SECONDS", "FIELD_STALL_GC_SECONDS", "FIELD_STALL_SECONDS",

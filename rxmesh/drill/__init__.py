@@ -55,12 +55,7 @@ from __future__ import annotations
 # so they stay out of __all__.
 from rxmesh.drill._cli import add_arguments as add_arguments
 from rxmesh.drill._cli import run as run
-from rxmesh.drill._drill import (
-    DRILL_PARTITION,
-    DRILL_REOPEN_BACKOFF,
-    DRILL_RETRY_DELAYS,
-    SABOTAGES,
-)
+from rxmesh.drill._drill import SABOTAGES
 from rxmesh.drill._runner import run_drill
 from rxmesh.drill._timeline import DrillEvent, DrillResult
 from rxmesh.drill.invariants import DrillAccounting, Invariant, RequestAccount, check_invariants
@@ -70,9 +65,6 @@ from rxmesh.drill.invariants import DrillAccounting, Invariant, RequestAccount, 
 from rxmesh.exceptions import DrillSetupError as DrillSetupError
 
 __all__ = [
-    "DRILL_PARTITION",
-    "DRILL_REOPEN_BACKOFF",
-    "DRILL_RETRY_DELAYS",
     "SABOTAGES",
     "DrillAccounting",
     "DrillEvent",
