@@ -33,7 +33,6 @@ from rxmesh.messaging._handshake import (
 from rxmesh.messaging._hub import (
     DEFAULT_FORWARD_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
-    MAX_HOPS,
     MessageContext,
     MessageHub,
 )
@@ -59,7 +58,6 @@ __all__ = [
     "DEFAULT_FORWARD_TIMEOUT",
     "DEFAULT_PLACEMENT_TIMEOUT",
     "DEFAULT_REQUEST_TIMEOUT",
-    "MAX_HOPS",
     "Ack",
     "BuildClaim",
     "BuildClaimRequest",
