@@ -1,4 +1,5 @@
-"""The one fault rule (SPEC §1) and its siblings (§3, §6, §9): every rule tested on both sides.
+"""The one fault rule and its siblings (the answers' wording, the standing watch, coordination):
+every rule tested on both sides.
 
 Chains are built the way real code builds them (``raise ... from ...`` and the implicit
 ``__context__`` of a raise inside an ``except``), except where a test needs a shape Python will not
@@ -107,16 +108,16 @@ def wired(frames: list[BaseException]) -> BaseException:
 # The constant and the alias
 
 
-SPEC_TABLE = {
+UNREACHABLE_SQLSTATES = {
     "08000", "08001", "08003", "08004", "08006",
     "57P01", "57P02", "57P03",
     "53300", "53400",
 }  # fmt: skip
 
 
-def test_the_transient_sqlstates_are_a_frozenset_equal_to_the_spec_table() -> None:
+def test_the_transient_sqlstates_are_a_frozenset_equal_to_the_documented_table() -> None:
     assert isinstance(TRANSIENT_CONNECT_SQLSTATES, frozenset)
-    assert TRANSIENT_CONNECT_SQLSTATES == SPEC_TABLE
+    assert TRANSIENT_CONNECT_SQLSTATES == UNREACHABLE_SQLSTATES
 
 
 def test_serialization_failure_and_deadlock_are_deliberately_not_in_the_set() -> None:
@@ -134,7 +135,7 @@ def test_the_chain_cap_is_256_frames() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# §1 must match
+# is_transient_connect_fault: must match
 
 
 MUST_MATCH: list[tuple[str, Callable[[], BaseException]]] = [
@@ -229,7 +230,7 @@ def test_the_one_rule_matches(build: Callable[[], BaseException]) -> None:
     assert is_transient_connect_fault(build()) is True
 
 
-@pytest.mark.parametrize("sqlstate", sorted(SPEC_TABLE))
+@pytest.mark.parametrize("sqlstate", sorted(UNREACHABLE_SQLSTATES))
 @pytest.mark.parametrize("frame", ["StoreError", "FakeDbError"])
 def test_every_transient_sqlstate_matches_on_any_db_frame(sqlstate: str, frame: str) -> None:
     exc = (
@@ -258,16 +259,16 @@ ASYNCPG_TRANSIENT = [
 )
 def test_real_asyncpg_connect_classes_match_without_a_network_cause(cls: type[Exception]) -> None:
     exc = cls("the server said so")
-    assert exc.sqlstate in SPEC_TABLE  # type: ignore[attr-defined]
+    assert exc.sqlstate in UNREACHABLE_SQLSTATES  # type: ignore[attr-defined]
     assert is_transient_connect_fault(exc) is True
 
 
 def test_the_asyncpg_table_covers_the_whole_spec_table() -> None:
-    assert {c.sqlstate for c in ASYNCPG_TRANSIENT} == SPEC_TABLE  # type: ignore[attr-defined]
+    assert {c.sqlstate for c in ASYNCPG_TRANSIENT} == UNREACHABLE_SQLSTATES  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------------------------------
-# §1 must refuse
+# is_transient_connect_fault: must refuse
 
 REFUSED_SQLSTATES = {
     "42P01": pg.UndefinedTableError,
@@ -590,7 +591,7 @@ async def test_a_real_task_group_of_connect_faults_is_unreachable() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# §3 is_cooperative_cancellation
+# is_cooperative_cancellation
 
 
 def cancelled_during_timeout() -> BaseException:
@@ -680,7 +681,7 @@ async def test_a_real_task_cancel_is_cooperative_and_a_real_wait_for_timeout_is_
 
 
 # --------------------------------------------------------------------------------------------------
-# §6 is_standing_watch_transient
+# is_standing_watch_transient
 
 
 class _Row(pydantic.BaseModel):
@@ -822,7 +823,7 @@ def test_every_transient_connect_fault_is_standing_watch_transient() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# §9 is_no_answer_in_time
+# is_no_answer_in_time
 
 ROUTER_TEXT = (
     "Delivery to 'admin/build' failed: "
@@ -1023,7 +1024,7 @@ def test_the_asyncpg_block_really_blocks() -> None:
 
 
 def test_a_group_anywhere_in_the_chain_decides_even_under_a_transient_outer_frame() -> None:
-    """SPEC §6: a group ANYWHERE in the chain is transient only if every branch is — also when
+    """A group anywhere in the chain is transient only if every branch is — also when
     a frame outside it (here a socket error raised from it) would pass on its own."""
     mixed = ExceptionGroup("two providers", [ConnectionResetError(104), RuntimeError("defect")])
     outer = chain(ConnectionResetError(104, "while draining"), mixed)

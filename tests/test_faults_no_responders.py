@@ -169,7 +169,7 @@ def test_is_coordination_unreachable_refuses(build: Callable[[], BaseException |
 def test_is_no_answer_in_time_still_refuses_no_responders(
     build: Callable[[], BaseException],
 ) -> None:
-    # Nobody answering is not a timeout: the SPEC §9 predicate is unchanged.
+    # Nobody answering is not a timeout: the no-answer-in-time predicate does not match it.
     assert is_no_answer_in_time(build()) is False
 
 

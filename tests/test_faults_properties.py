@@ -1,4 +1,4 @@
-"""Properties of the one rule over random chains (SPEC §1), both sides."""
+"""Properties of the one rule over random chains, both sides."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``reopen_on_transient_fault_async``: a standing watch written as ``async for`` (SPEC §6).
+"""``reopen_on_transient_fault_async``: a standing watch written as ``async for``.
 
 The schedule is the operator's own (5 in a row, 2/5/15/30/60 s, reset by any item), driven on a
 ``TestScheduler``; the negative controls are the operator's: a defect ends the watch at once,

@@ -1,4 +1,4 @@
-"""``retry_transient_connect_async``: the ladder's first rung for async generators (SPEC §2).
+"""``retry_transient_connect_async``: the ladder's first rung for async generators.
 
 The same negative controls as the operator's: a defect ends the iteration at once, a fault after
 the first item propagates with no restart, cancelling during a backoff restarts nothing, nothing

@@ -1,4 +1,4 @@
-"""The way to the journal: every directory the lookup passes through must be safe (SPEC §5.1).
+"""The way to the journal: every directory the lookup passes through must be safe.
 
 The rule is OpenSSH's ``StrictModes``: each directory from the journal up to ``/`` is owned by
 root or by this uid and is not group- or world-writable, unless it has the sticky bit (``/tmp``).

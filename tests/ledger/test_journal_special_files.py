@@ -1,4 +1,4 @@
-"""What is not a regular file of ours is never read: a load never blocks, it quarantines (§5.1).
+"""What is not a regular file of ours is never read: a load never blocks, it quarantines.
 
 A FIFO under a journal file's name used to make ``PendingWriteLedger(dir)`` block for ever in
 ``os.open``. Every construction here runs in a thread with a bounded wait; if it blocks, the test

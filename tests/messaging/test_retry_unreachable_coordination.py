@@ -1,4 +1,4 @@
-"""retry_unreachable_coordination (SPEC §9), in virtual time: retry "no answer in time" and
+"""retry_unreachable_coordination, in virtual time: retry "no answer in time" and
 nobody answering (NO_RESPONDERS) only; verdicts, NOT_FOUND included, surface at once."""
 
 from __future__ import annotations

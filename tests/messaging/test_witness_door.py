@@ -1,4 +1,4 @@
-"""The durable-witness door (SPEC §9): GO proceeds with a WARNING, NO-GO re-raises,
+"""The durable-witness door: GO proceeds with a WARNING, NO-GO re-raises,
 UNDETERMINED decides locally; a failed witness read is not "undetermined"."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""fan_in (SPEC §7): one merged Initial behind a bounded gate, then deltas."""
+"""fan_in: one merged Initial behind a bounded gate, then deltas."""
 
 from __future__ import annotations
 

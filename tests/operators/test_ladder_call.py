@@ -1,4 +1,4 @@
-"""The ladder's coroutine driver, ``Ladder.call``: the same rule as the operator (SPEC §2), for a
+"""The ladder's coroutine driver, ``Ladder.call``: the same rule as the operator, for a
 one-shot coroutine. Waits run on a ``TestScheduler`` (virtual time), advanced by the test."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""reopen_on_transient_fault (SPEC §6): a standing watch re-opens after a transient fault only."""
+"""reopen_on_transient_fault: a standing watch re-opens after a transient fault only."""
 
 from __future__ import annotations
 

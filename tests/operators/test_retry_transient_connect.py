@@ -1,4 +1,4 @@
-"""retry_transient_connect (SPEC §2): retry once, before the first item, then answer."""
+"""retry_transient_connect: retry once, before the first item, then answer."""
 
 from __future__ import annotations
 
