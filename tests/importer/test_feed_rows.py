@@ -11,9 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import rxmesh.providers._feed as feed
+import rxmesh.providers.postgres._notifications as feed
 from rxmesh.model import partition_of, validate_path
-from rxmesh.providers._feed import MalformedNotificationError, parse_notification
+from rxmesh.providers.postgres._notifications import (
+    MalformedNotificationError,
+    parse_notification,
+)
 
 PREFIX = "rxtunit_"
 _MAX_VERSION = 2**63 - 1

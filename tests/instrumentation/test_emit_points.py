@@ -16,7 +16,7 @@ from rxmesh.health import HealthCheckResult, HealthRegistry
 from rxmesh.operators import reopen_on_transient_fault, retry_transient_connect
 from rxmesh.operators._ladder import Ladder
 from rxmesh.providers import InMemoryStore
-from rxmesh.providers._feed import FeedBook
+from rxmesh.providers.postgres._book import FeedBook
 from rxmesh.testing import FaultInjectingStore
 from rxmesh.testing._fault_store import connection_reset_error, unreachable_error
 from tests.diagnosis.conftest import FakeClock, FakeLoop

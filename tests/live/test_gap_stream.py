@@ -17,6 +17,7 @@ from rxmesh.aio import first_value
 from rxmesh.faults import is_standing_watch_transient
 from rxmesh.model import ChangeFeedGap, MeshNode, NodeQuery, QueryFrame
 from rxmesh.providers import postgres
+from rxmesh.providers.postgres import _reads
 from tests.live.test_postgres_live import _gap
 from tests.postgres.kinds import started
 from tests.providers.conftest import Recorder
@@ -45,7 +46,7 @@ async def _store_of_199_rows(
     dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch, **options: Any
 ) -> AsyncIterator[postgres.PostgresStore]:
     """A started store whose partition ``p`` holds 199 rows, read 10 a round trip (20 batches)."""
-    monkeypatch.setattr(postgres, "_FETCH_BATCH", 10)
+    monkeypatch.setattr(_reads, "_FETCH_BATCH", 10)
     async with started(dsn, prefix, reconnect_backoff=(0.2,), **options) as store:
         nodes = [MeshNode(path=f"p/{i:03d}", node_type="Row", version=1) for i in range(199)]
         await first_value(store.write_many(nodes), timeout=30)
@@ -270,7 +271,7 @@ async def test_subscriptions_joined_before_the_first_batch_share_one_read(store:
 async def test_a_later_gap_is_never_served_by_an_earlier_read(store: Any) -> None:
     """The control of sharing: a read begun before gap 2 was declared cannot answer it."""
     store._reselect(QUERY, 0)
-    store._feed.gaps = 2
+    store._feed.book.gaps = 2
     store._reselect(QUERY, 2)
     await _turns()
     assert len(store.rows.reads) == 2

@@ -6,7 +6,7 @@ heap inside the store's build (objects that cannot be garbage yet: they are in t
 built), and the store asked for each batch of rows only once the previous one was built, so the
 server waited while this process built. Now each build step runs with the collector held off
 (:func:`rxmesh._collector.collector_paused`) and the cursor's next batch is read while this one
-is built (:func:`rxmesh.providers.postgres._read_ahead`).
+is built (:func:`rxmesh.providers.postgres._reads._read_ahead`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from rxmesh._collector import collector_paused
 from rxmesh._path_order import PathOrdered
 from rxmesh.aio import first_value
 from rxmesh.model import MeshNode, NodeQuery
+from rxmesh.providers.postgres import _reads
+from rxmesh.providers.postgres import _rows as rows_module
 from tests.postgres.kinds import started
 
 
@@ -90,7 +92,7 @@ def test_a_store_build_starts_no_collection_of_its_own(collections: list[int]) -
     rows = _rows(5000)
     gc.collect()
     collections.clear()
-    nodes = postgres._stored_nodes_of(rows, "p")  # type: ignore[arg-type]
+    nodes = rows_module._stored_nodes_of(rows, "p")  # type: ignore[arg-type]
     inside = len(collections)  # read before anything is allocated (that may start one)
     due = gc.get_count()[0]
     assert inside == 0
@@ -112,7 +114,7 @@ def test_a_row_that_is_no_node_is_left_out_of_the_build_with_the_collector_back_
     end of the build (issue 31, item 8)."""
     rows = _rows(3)
     rows[1] = _Row(("elsewhere/x", "Row", "{}", "w", rows[1][4], -1, None))
-    nodes = postgres._stored_nodes_of(rows, "p")  # type: ignore[arg-type]
+    nodes = rows_module._stored_nodes_of(rows, "p")  # type: ignore[arg-type]
     assert [n.path for n in nodes] == ["p/000000", "p/000002"]
     assert gc.isenabled()
 
@@ -122,25 +124,25 @@ def test_a_foreign_but_valid_row_is_validated_and_its_chunk_keeps_its_order() ->
     the rows around it are still built trusted, each equal to its validated self, in order."""
     rows = _rows(4)
     rows[2] = _Row(("elsewhere/x", "Row", '{"n": 2}', "w", rows[2][4], 1, "r2"))
-    nodes = postgres._stored_nodes_of(rows, "p")  # type: ignore[arg-type]
+    nodes = rows_module._stored_nodes_of(rows, "p")  # type: ignore[arg-type]
     assert [n.path for n in nodes] == ["p/000000", "p/000001", "elsewhere/x", "p/000003"]
     for row, node in zip(rows, nodes, strict=True):
-        assert node == postgres._node_from_row(row)  # type: ignore[arg-type]
+        assert node == rows_module._node_from_row(row)  # type: ignore[arg-type]
         assert node.model_fields_set == set(MeshNode.model_fields)
     # The negative control: a foreign row that is not a valid node is left out, not built.
     rows[2] = _Row(("elsewhere/x", "Row", "{}", "w", rows[2][4], -1, None))
-    nodes = postgres._stored_nodes_of(rows, "p")  # type: ignore[arg-type]
+    nodes = rows_module._stored_nodes_of(rows, "p")  # type: ignore[arg-type]
     assert [n.path for n in nodes] == ["p/000000", "p/000001", "p/000003"]
 
 
 def test_paths_ascend_only_when_strictly_ascending_and_above_the_last() -> None:
     rows = _rows(3)
-    assert postgres._paths_ascend(rows, None)  # type: ignore[arg-type]
-    assert postgres._paths_ascend(rows, "p/")  # type: ignore[arg-type]
-    assert postgres._paths_ascend([], "p/z")
-    assert not postgres._paths_ascend(rows, "p/000000")  # type: ignore[arg-type]  # not above
-    assert not postgres._paths_ascend(rows[::-1], None)  # type: ignore[arg-type]
-    assert not postgres._paths_ascend([rows[0], rows[0]], None)  # type: ignore[arg-type]
+    assert _reads._paths_ascend(rows, None)  # type: ignore[arg-type]
+    assert _reads._paths_ascend(rows, "p/")  # type: ignore[arg-type]
+    assert _reads._paths_ascend([], "p/z")
+    assert not _reads._paths_ascend(rows, "p/000000")  # type: ignore[arg-type]  # not above
+    assert not _reads._paths_ascend(rows[::-1], None)  # type: ignore[arg-type]
+    assert not _reads._paths_ascend([rows[0], rows[0]], None)  # type: ignore[arg-type]
 
 
 @pytest.mark.postgres
@@ -178,7 +180,7 @@ def fetches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
         return rows
 
     monkeypatch.setattr(asyncpg.cursor.Cursor, "fetch", logged)
-    monkeypatch.setattr(postgres, "_FETCH_BATCH", 10)
+    monkeypatch.setattr(_reads, "_FETCH_BATCH", 10)
     return log
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from rxmesh.aio import first_value
 from rxmesh.model import ChangeFeedGap, MeshNode, NodeQuery, QueryFrame
-from rxmesh.providers import postgres
+from rxmesh.providers.postgres import _live, _rows
 from tests.live.test_postgres_live import _gap
 from tests.postgres.kinds import started
 from tests.providers.conftest import Recorder
@@ -33,13 +33,13 @@ WAIT = 10.0
     ],
 )
 def test_a_stamp_text_is_the_aware_utc_datetime(text: str | None, expected: Any) -> None:
-    (stamp,) = postgres._stamps_of([text])
+    (stamp,) = _rows._stamps_of([text])
     assert stamp == expected
     assert stamp is None or stamp.tzinfo is UTC
 
 
 def test_infinite_stamps_are_what_asyncpg_makes_of_them_and_the_rest_still_parses() -> None:
-    stamps = postgres._stamps_of(["infinity", "2026-01-01 00:00:00+00", "-infinity", None])
+    stamps = _rows._stamps_of(["infinity", "2026-01-01 00:00:00+00", "-infinity", None])
     assert stamps == [datetime.max, datetime(2026, 1, 1, tzinfo=UTC), datetime.min, None]
 
 
@@ -50,7 +50,7 @@ def test_infinite_stamps_are_what_asyncpg_makes_of_them_and_the_rest_still_parse
 )
 def test_a_stamp_python_cannot_hold_is_refused_by_name(text: str) -> None:
     with pytest.raises(ValueError, match="is not a time this process can hold") as raised:
-        postgres._stamps_of(["2026-01-01 00:00:00+00", text])
+        _rows._stamps_of(["2026-01-01 00:00:00+00", text])
     assert repr(text) in str(raised.value)
 
 
@@ -131,7 +131,7 @@ async def test_a_gap_re_select_builds_only_the_rows_that_changed(
         ]
         await first_value(store.write_many(nodes), timeout=30)
         built: list[str] = []
-        build = postgres._stored_nodes_of
+        build = _live._stored_nodes_of
 
         def counting(rows: Any, partition: str, **options: Any) -> list[MeshNode]:
             made = build(rows, partition, **options)
@@ -147,7 +147,7 @@ async def test_a_gap_re_select_builds_only_the_rows_that_changed(
             # were all handled before the count starts.
             await first_value(store.write(MeshNode(path="p/zz", version=1)), timeout=30)
             assert [node.path for node in (await frames.next()).nodes] == ["p/zz"]
-            monkeypatch.setattr(postgres, "_stored_nodes_of", counting)
+            monkeypatch.setattr(_live, "_stored_nodes_of", counting)
             await _gap(store, pg_dsn, gaps, "p/missed")
             delta = await frames.next()
             assert [node.path for node in delta.nodes] == ["p/missed"]

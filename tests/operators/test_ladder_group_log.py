@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from rxmesh.operators import Ladder
-from rxmesh.providers._groups import WriteGroups
+from rxmesh.providers.postgres._groups import WriteGroups
 from rxmesh.testing import unreachable_error
 from tests.conftest import LogRecords
 

@@ -213,7 +213,11 @@ async def test_an_exhausted_pool_is_back_pressure_naming_this_process_pool(
     pg_dsn: str, prefix: str, cleanup: None
 ) -> None:
     store = PostgresStore(
-        pg_dsn, schema_prefix=prefix, min_size=1, max_size=1, acquire_timeout=0.2,
+        pg_dsn,
+        schema_prefix=prefix,
+        min_size=1,
+        max_size=1,
+        acquire_timeout=0.2,
         command_timeout=3,
     )
     async with store:
@@ -319,7 +323,7 @@ async def test_a_25006_at_the_boundary_is_not_evaluated_and_the_text_names_the_s
     store = PostgresStore(pg_dsn)
     for in_recovery, phrase in ((True, "standby in recovery"), (None, "refuses writes")):
         with pytest.raises(StoreError) as mapped:
-            store._raise_at_boundary(
+            store._connections.raise_at_boundary(
                 raw, operation="writing 'a/b'", stage="query", in_recovery=in_recovery
             )
         error = mapped.value

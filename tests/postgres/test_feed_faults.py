@@ -319,7 +319,7 @@ async def test_close_after_hostile_payloads_closes_the_pool_and_raises_nothing(
     store = PostgresStore(pg_dsn, schema_prefix=prefix, min_size=1, max_size=2)
     arrived = asyncio.Event()
     hostile = ["hello", '["x"]', json.dumps([prefix + "p", "upsert", [["p/a", "one"]]])]
-    original = store._on_notify
+    original = store._feed._listener.on_notify
     calls = 0
 
     def counting(*args: Any) -> None:  # notices the payloads' arrival, old code and new alike
@@ -329,7 +329,7 @@ async def test_close_after_hostile_payloads_closes_the_pool_and_raises_nothing(
         if calls >= len(hostile):
             arrived.set()
 
-    store._on_notify = counting  # type: ignore[method-assign]
+    store._feed._listener.on_notify = counting  # type: ignore[method-assign]
     await store.start()
     pool, pids = await _backend_pids(store)
     evidence: Recorder[StoreEvidence] = Recorder(store.answers_again)  # as PendingWriteRecovery
@@ -339,7 +339,7 @@ async def test_close_after_hostile_payloads_closes_the_pool_and_raises_nothing(
     await _notify(pg_dsn, prefix + "changes", hostile)
     async with asyncio.timeout(WAIT):
         await arrived.wait()
-        while not store._notifications.empty():  # noqa: ASYNC110 - the dispatcher's own pace
+        while not store._feed._listener.notifications.empty():  # noqa: ASYNC110 - the dispatcher's own pace
             await asyncio.sleep(0.005)
 
     await store.close()  # raises nothing
@@ -417,7 +417,7 @@ async def test_a_dispatch_task_that_dies_is_declared_lost_restarted_and_ends_in_
             # before "p/before", the dispatcher could meet it first if it was not already waiting
             # in a get(); "p/before" then came in the gap's re-select, after the restart, and the
             # health below had been degraded and healthy again already (2 runs in 15).
-            queue = store._notifications
+            queue = store._feed._listener.notifications
             queue.get = _raise_once(queue.get, RuntimeError("injected"))  # type: ignore[method-assign]
             await _insert_raw(pg_dsn, store.schema_of("p"), "p/wake")
 
@@ -462,7 +462,7 @@ async def test_a_listener_task_that_dies_is_declared_lost_reconnected_and_ends_i
         try:
             assert (await frames.next()).kind is FrameKind.INITIAL
             first_pid = store.feed_backend_pid
-            lost = store._lost
+            lost = store._feed._listener.lost
             lost.wait = _raise_once(lost.wait, RuntimeError("heartbeat broke"))  # type: ignore[method-assign]
             gap = await gaps.next()
             assert "listener task died: RuntimeError: heartbeat broke" in gap.reason
@@ -485,8 +485,8 @@ async def test_a_batch_that_fails_is_reported_declared_as_a_gap_and_the_next_one
         gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
         try:
             assert (await frames.next()).kind is FrameKind.INITIAL
-            store._fetch_changed = _raise_once(  # type: ignore[method-assign]
-                store._fetch_changed, KeyError("a bug")
+            store._feed._dispatcher._fetch_changed = _raise_once(  # type: ignore[method-assign]
+                store._feed._dispatcher._fetch_changed, KeyError("a bug")
             )
             await _insert_raw(pg_dsn, store.schema_of("p"), "p/lost")
             gap = await gaps.next()  # its change may not have been delivered: dependents re-read

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rxmesh.providers._feed import ChangeFeedState
 from rxmesh.providers._store import feed_is_whole
-from rxmesh.providers.postgres import PostgresStore
+from rxmesh.providers.postgres import ChangeFeedState, PostgresStore
 
 pytestmark = pytest.mark.postgres
 

@@ -16,10 +16,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rxmesh.health import ChangeFeedCheck, HealthRegistry, HealthStatus
-from rxmesh.providers._feed import (
-    ChangeFeedState,
-    ChangeFeedStatistics,
-    FeedBook,
+from rxmesh.providers.postgres._book import ChangeFeedState, ChangeFeedStatistics, FeedBook
+from rxmesh.providers.postgres._notifications import (
     MalformedNotificationError,
     parse_notification,
     parse_probe,

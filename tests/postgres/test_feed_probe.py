@@ -49,7 +49,7 @@ async def test_start_verifies_delivery_and_health_reports_when_and_the_round_tri
         assert (stats.probes_sent, stats.probes_verified) == (1, 1)
         assert stats.verified_at is not None
         assert stats.probe_round_trip is not None
-        assert 0 < stats.probe_round_trip < store._heartbeat_timeout
+        assert 0 < stats.probe_round_trip < store._feed._heartbeat_timeout
         assert stats.stale_after == pytest.approx(2 * 1.0 + 2.0)
         assert (stats.notifications, stats.malformed_notifications) == (0, 0)
         health = ChangeFeedCheck(store)()
@@ -75,10 +75,10 @@ async def test_a_listener_deaf_to_notifications_is_lost_reconnected_verified_the
         gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
         try:
             assert (await frames.next()).kind is FrameKind.INITIAL
-            deaf = store._listen_conn
+            deaf = store._feed._listener.conn
             assert deaf is not None
             first_pid = store.feed_backend_pid
-            async with store._listen_lock:  # the socket stays fine; delivery stops
+            async with store._feed._listener.lock:  # the socket stays fine; delivery stops
                 await deaf.execute(f"UNLISTEN {prefix}changes")
             await _insert_raw(pg_dsn, store.schema_of("p"), "p/missed")
 
@@ -116,8 +116,10 @@ async def test_probes_are_neither_notifications_nor_evidence_nor_malformed(
             assert isinstance(started_evidence, ChangeFeedGap)
             assert started_evidence.reason.startswith("the store started")
             await _until(
-                lambda: first.feed_statistics().foreign_probes >= 3
-                and second.feed_statistics().foreign_probes >= 3
+                lambda: (
+                    first.feed_statistics().foreign_probes >= 3
+                    and second.feed_statistics().foreign_probes >= 3
+                )
             )
             forged_token = json.dumps([prefix, "probe", "0123456789abcdef.1"])
             not_a_probe = json.dumps([prefix, "probe", 42])

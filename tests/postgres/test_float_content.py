@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from rxmesh.aio import first_value
 from rxmesh.model import MeshNode, NodeQuery
-from rxmesh.providers.postgres import PostgresStore, _for_jsonb
+from rxmesh.providers.postgres import PostgresStore
+from rxmesh.providers.postgres._rows import _for_jsonb
 from tests.providers.conftest import collect
 
 pytestmark = pytest.mark.postgres
@@ -70,10 +71,14 @@ async def test_a_node_reads_back_with_its_floats(pg_dsn: str, prefix: str) -> No
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 

@@ -17,8 +17,8 @@ import pytest
 
 from rxmesh.aio import first_value
 from rxmesh.model import MeshNode
-from rxmesh.providers._feed import parse_notification
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
+from rxmesh.providers.postgres._notifications import parse_notification
 
 pytestmark = pytest.mark.postgres
 
@@ -70,7 +70,7 @@ async def test_every_row_of_a_statement_is_announced_once(
         paths = [f"p/{i:04d}/" + "/".join(["x" * 60] * 6) for i in range(rows)]
         conn = await asyncpg.connect(pg_dsn)
         listener = _Listener()
-        await conn.add_listener(store._channel, listener)  # the trigger's channel
+        await conn.add_listener(store._schemas.channel, listener)  # the trigger's channel
         writer = await asyncpg.connect(pg_dsn)
         try:
             marks = iter(range(1000))

@@ -199,9 +199,7 @@ def _commit_from_another_process(dsn: str, schema: str, path: str) -> None:
         "    await conn.close()\n"
         "asyncio.run(main())\n"
     )
-    subprocess.run(
-        [sys.executable, "-c", script, dsn, schema, path], check=True, timeout=30
-    )
+    subprocess.run([sys.executable, "-c", script, dsn, schema, path], check=True, timeout=30)
 
 
 async def test_with_listen_dsn_a_live_query_sees_another_process_commit_through_the_pooler(
@@ -316,7 +314,9 @@ async def test_a_prepared_statement_the_pooler_broke_is_not_evaluated_never_a_ve
     )
     for driver_error in (real, clash):
         with pytest.raises(StoreError) as mapped:
-            store._raise_at_boundary(driver_error, operation="writing 'a/b'", stage="query")
+            store._connections.raise_at_boundary(
+                driver_error, operation="writing 'a/b'", stage="query"
+            )
         error = mapped.value
         assert error.__cause__ is driver_error
         assert is_store_unreachable(error), error
@@ -328,7 +328,7 @@ async def test_a_prepared_statement_the_pooler_broke_is_not_evaluated_never_a_ve
         pgexc.UniqueViolationError("duplicate key value violates unique constraint"),
     ):
         with pytest.raises(type(verdict)) as passed:
-            store._raise_at_boundary(verdict, operation="writing 'a/b'", stage="query")
+            store._connections.raise_at_boundary(verdict, operation="writing 'a/b'", stage="query")
         assert passed.value is verdict
         assert not is_store_unreachable(passed.value)
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-import rxmesh.providers.postgres as postgres
+import rxmesh.providers.postgres._reads as reads
 from tests.helpers import LoopTurns
 from tests.postgres.kinds import drop_schemas, started, unique_prefix
 
@@ -24,7 +24,7 @@ async def prefix(pg_dsn: str) -> AsyncIterator[str]:
 
 
 async def _paths_per_turn(pg_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch) -> int:
-    original = postgres.validate_path
+    original = reads.validate_path
     async with started(pg_dsn, prefix) as store, LoopTurns() as turns:
 
         def noting(path: str, **options: object) -> None:
@@ -32,7 +32,7 @@ async def _paths_per_turn(pg_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPa
                 turns.note()
             original(path, **options)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(postgres, "validate_path", noting)
+        monkeypatch.setattr(reads, "validate_path", noting)
         found = await asyncio.wait_for(store.aread_many([f"p/n{i:05d}" for i in range(10_000)]), 10)
     assert found == {}
     return turns.most_in_one_turn()
@@ -49,5 +49,5 @@ async def test_the_turn_count_sees_paths_checked_in_one_turn(
     pg_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Negative control of the measure: with one step for every path, one turn checks them all."""
-    monkeypatch.setattr(postgres, "_VALIDATE_STEP", 10**9)
+    monkeypatch.setattr(reads, "_VALIDATE_STEP", 10**9)
     assert await _paths_per_turn(pg_dsn, prefix, monkeypatch) == 10_000

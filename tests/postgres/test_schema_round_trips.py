@@ -16,8 +16,7 @@ from asyncpg import connection as asyncpg_connection
 
 from rxmesh import AccessContext, Mesh, MeshNode
 from rxmesh.ledger import PendingWriteLedger
-from rxmesh.providers import postgres
-from rxmesh.providers.postgres import PostgresStore
+from rxmesh.providers.postgres import PostgresStore, _schema
 
 pytestmark = pytest.mark.postgres
 
@@ -75,7 +74,7 @@ async def test_negative_control_three_round_trips_per_schema_transaction_exceed_
         async with conn.transaction(isolation="read_committed"):
             await conn.execute(statements)
 
-    monkeypatch.setattr(postgres, "_one_transaction", separately)
+    monkeypatch.setattr(_schema, "_one_transaction", separately)
     first = await _first_create(pg_dsn, prefix, sent)
     assert len(first) > 8, first
 
@@ -90,7 +89,7 @@ async def test_a_schema_transaction_failing_part_way_leaves_no_transaction_open(
 ) -> None:
     conn = await asyncpg.connect(pg_dsn, timeout=5)
     try:
-        await _fails_part_way(conn, postgres._one_transaction)
+        await _fails_part_way(conn, _schema._one_transaction)
         assert not conn.is_in_transaction()
         assert await conn.fetchval("SELECT 2") == 2
     finally:

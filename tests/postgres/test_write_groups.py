@@ -1,5 +1,5 @@
 """Concurrent creates of one partition commit as ONE statement when every lane is busy
-(``PostgresStore.awrite`` through :class:`rxmesh.providers._groups.WriteGroups`; issue 15).
+(``PostgresStore.awrite`` through :class:`rxmesh.providers.postgres._groups.WriteGroups`; issue 15).
 
 Which creates share a group is made certain, not timed: two lone creates are held on row locks
 of uncommitted rows of another connection (an ``INSERT ... ON CONFLICT`` waits for the

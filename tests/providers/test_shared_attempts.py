@@ -1,5 +1,6 @@
 """While the store is known unreachable, operations share one connection attempt at a time
-(rxmesh.providers._attempts; issue 16, item 5: 1,000 creates in an outage made 4,000 attempts).
+(rxmesh.providers.postgres._attempts; issue 16, item 5: 1,000 creates in an outage made 4,000
+attempts).
 
 The attempt here is a coroutine the test releases by hand, so every interleaving is chosen, not
 timed. The classification is the one rule's (rxmesh.faults), applied to the store's own errors.
@@ -14,8 +15,9 @@ from typing import NoReturn
 
 from rxmesh.exceptions import StoreError, StorePoolExhaustedError
 from rxmesh.faults import is_transient_connect_fault
-from rxmesh.providers._attempts import SharedAttempts
-from rxmesh.providers.postgres import PostgresStore, _marks_unreachable
+from rxmesh.providers.postgres import PostgresStore
+from rxmesh.providers.postgres._attempts import SharedAttempts
+from rxmesh.providers.postgres._errors import marks_unreachable
 
 BOUND = 5.0
 
@@ -61,7 +63,7 @@ def _answer(failure: BaseException) -> NoReturn:
 def _callers(shared: SharedAttempts, attempts: _Attempts, n: int) -> list[asyncio.Task[str]]:
     return [
         asyncio.ensure_future(
-            shared.attempt(attempts, unreachable=_marks_unreachable, answer=_answer)
+            shared.attempt(attempts, unreachable=marks_unreachable, answer=_answer)
         )
         for _ in range(n)
     ]
@@ -176,11 +178,11 @@ async def test_a_cancelled_waiter_leaves_the_attempt_in_flight() -> None:
 
 
 def test_only_an_unreachable_store_marks_it_down() -> None:
-    assert _marks_unreachable(_unreachable())
+    assert marks_unreachable(_unreachable())
     busy = StorePoolExhaustedError("no free connection", sqlstate=None, transient=True)
     busy.__cause__ = TimeoutError()
-    assert not _marks_unreachable(busy)
-    assert not _marks_unreachable(StoreError("refused", sqlstate="42P01"))
+    assert not marks_unreachable(busy)
+    assert not marks_unreachable(StoreError("refused", sqlstate="42P01"))
 
 
 async def test_a_shared_failure_leaves_no_reference_cycle_behind() -> None:
@@ -223,7 +225,7 @@ def test_the_stores_answer_to_a_shared_failure_is_its_own_and_freed_without_a_co
     try:
         caught: list[StoreError] = []
         try:
-            store._answer_shared("reading 'p/x'", failure)
+            store._connections._answer_shared("reading 'p/x'", failure)
         except StoreError as raised:
             caught.append(raised)
         (error,) = caught

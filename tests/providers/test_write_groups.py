@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from rxmesh.providers._groups import WriteGroups
+from rxmesh.providers.postgres._groups import WriteGroups
 
 WAIT = 5.0
 

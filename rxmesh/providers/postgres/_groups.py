@@ -7,7 +7,7 @@ single-row creates in flight commit one after another, each waiting for its own 
 
 :class:`WriteGroups` lets a create go alone, exactly as before, while one of its table's
 *lanes* is free; a create that arrives while every lane is busy waits, and when a lane frees,
-everything waiting for that table goes as ONE group: one statement, one commit, one
+everything waiting for that table goes as one group: one statement, one commit, one
 notification step. Nothing waits for a timer: a group forms only from writes that were
 already waiting behind a busy lane, so a lone create is never delayed.
 

@@ -1,5 +1,5 @@
-"""The rate limit of the change feed's log lines (:class:`~rxmesh.providers._feed.FeedBook`'s
-malformed-notification and subscriber-error reports)."""
+"""The rate limit of the change feed's log lines (the malformed-notification and
+subscriber-error reports of :class:`~rxmesh.providers.postgres._book.FeedBook`)."""
 
 from __future__ import annotations
 

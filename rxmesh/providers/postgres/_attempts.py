@@ -2,12 +2,11 @@
 
 While a store answers, every operation takes a pooled connection as it comes. Once taking one
 has failed because the store could not be reached (the one rule, rxmesh.faults), every waiting
-operation would make its own attempt: 1,000 creates in an outage, each with its retry ladder,
-were 4,000 connection attempts in two seconds, each costing the driver about 0.5 ms of this
-process's CPU before the socket is even opened (it parses the DSN and builds a TLS context every
-time), and the database that comes back meets them all at once. Measured with
-bench/loop_steps.py's ``unavailable`` scenario: 4,012 attempts and 4.4 s of CPU against 230 and
-0.8 s with the attempts shared.
+operation would make its own attempt: a burst of creates in an outage, each with its retry
+ladder, makes thousands of connection attempts, each costing the driver this process's CPU before
+the socket is even opened (it parses the DSN and builds a TLS context every time), and the
+database that comes back meets them all at once (docs/performance.md, bench/loop_steps.py's
+``unavailable`` scenario).
 
 :class:`SharedAttempts` makes one attempt at a time while the store is known unreachable; an
 operation arriving while it is in flight waits for it and, if it failed the same way, is
@@ -60,7 +59,7 @@ class SharedAttempts:
         """``attempt()``'s result, or its error; while the store is down, possibly another's.
 
         ``unreachable(error)``: whether an attempt's error says the store could not be reached.
-        ``answer(failure)``: raises THIS caller's error for a failure of another caller's
+        ``answer(failure)``: raises this caller's error for a failure of another caller's
         attempt (never ``failure`` itself: one exception object raised in many tasks would
         collect all their tracebacks).
         """
@@ -77,7 +76,7 @@ class SharedAttempts:
                 return await self._lead(attempt, unreachable)
             # A future of its own, not a shield over the attempt's: cancelling this caller
             # cancels only its wait, and a waiting operation holds one object, not a shield's
-            # future, two callbacks and their contexts (1,000 operations wait in an outage).
+            # future, two callbacks and their contexts (thousands of operations wait in an outage).
             waiter: asyncio.Future[BaseException | None] = (
                 asyncio.get_running_loop().create_future()
             )

@@ -1,0 +1,50 @@
+"""The PostgreSQL store (asyncpg): a schema per partition, a LISTEN/NOTIFY change feed.
+
+This package is the only part of rxmesh that imports asyncpg. Its modules, each one job, import
+one way (a module imports only the ones listed after it):
+
+- ``_store``: :class:`PostgresStore`, the facade (options, start and close, statistics);
+- ``_live`` (live queries, gap re-selects), ``_reads``, ``_writes`` (creates, write groups,
+  bulk windows, compare-and-set verbs): the verbs;
+- ``_feed``: the change feed, owning its ``_listener``, ``_dispatch``\\ er, ``_evidence``,
+  ``_streams`` and its bookkeeping (``_book``, ``_notifications``);
+- ``_pooler`` (pooler detection), ``_schema`` (identifiers, DDL, the notify trigger);
+- ``_connections``: the pool, every store call's acquire, run and release, the dedicated
+  connections; ``_attempts`` and ``_groups`` serve it and ``_writes``;
+- ``_errors``: the one mapping of driver and network failures to
+  :class:`~rxmesh.exceptions.StoreError`, a pure function; ``_rows``: rows as nodes and back.
+"""
+
+from rxmesh.exceptions import ChangeFeedUnverifiedError
+from rxmesh.providers.postgres._book import (
+    DEFAULT_MALFORMED_LOG_INTERVAL,
+    ChangeFeedState,
+    ChangeFeedStatistics,
+)
+from rxmesh.providers.postgres._connections import TARGET_SESSION_ATTRS
+from rxmesh.providers.postgres._schema import (
+    DEFAULT_SCHEMA_PREFIX,
+    quote_identifier,
+    schema_for_partition,
+)
+from rxmesh.providers.postgres._store import (
+    DEFAULT_FEED_LOSS_BOUND,
+    DEFAULT_RECONNECT_BACKOFF,
+    PostgresStore,
+    PostgresStoreStatistics,
+)
+
+__all__ = [
+    "DEFAULT_FEED_LOSS_BOUND",
+    "DEFAULT_MALFORMED_LOG_INTERVAL",
+    "DEFAULT_RECONNECT_BACKOFF",
+    "DEFAULT_SCHEMA_PREFIX",
+    "TARGET_SESSION_ATTRS",
+    "ChangeFeedState",
+    "ChangeFeedStatistics",
+    "ChangeFeedUnverifiedError",
+    "PostgresStore",
+    "PostgresStoreStatistics",
+    "quote_identifier",
+    "schema_for_partition",
+]

@@ -1,0 +1,211 @@
+"""Reads: point reads (fully validated rows), and the batched, path-ordered reads of a live
+query's Initial and of a gap's re-select, through a cursor per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+import asyncpg
+from reactivex import Observable
+
+from rxmesh._path_order import PathOrdered, strictly_ascending
+from rxmesh.aio import from_async
+from rxmesh.model import MeshNode, NodeQuery, partition_of, validate_path
+from rxmesh.providers.postgres._connections import Connection, Connections
+from rxmesh.providers.postgres._errors import MISSING_SCHEMA
+from rxmesh.providers.postgres._rows import _BUILD_CHUNK, _node_from_row, _stored_nodes_of
+from rxmesh.providers.postgres._schema import _COLUMNS, _LIVE_COLUMNS, _LIVE_SETTINGS, Schemas
+
+__all__ = ["Reads"]
+
+_VALIDATE_STEP = 2000
+"""Paths of a read checked per loop step."""
+_FETCH_BATCH = 2000
+"""Rows a live query's cursor fetches per round trip (built or compared ``_BUILD_CHUNK`` at a
+time): a 50k-row read is 25 round trips (the next one always under way while a batch is built),
+and no socket read decodes more than this. Small enough that a batch's records die young
+instead of adding to the collector's full passes (docs/performance.md, Stop 28)."""
+
+
+def _paths_ascend(rows: Sequence[asyncpg.Record], after: str | None) -> bool:
+    """Whether the rows' paths are strictly ascending, and above ``after``."""
+    paths = [row[0] for row in rows]
+    if after is not None and paths and not after < paths[0]:
+        return False
+    return strictly_ascending(paths)
+
+
+async def _read_ahead(
+    cursor: asyncpg.cursor.Cursor[asyncpg.Record],
+    partition: str,
+    each: Callable[[str, list[asyncpg.Record]], Awaitable[None]],
+) -> None:
+    """Hand ``each`` the cursor's rows batch by batch, the next batch already asked for while
+    ``each`` builds this one: the server reads and sends it (on its own core) while this
+    process builds, instead of waiting for the build to end. A batch
+    shorter than :data:`_FETCH_BATCH` is the last one (no round trip for an empty batch).
+
+    The connection runs one command at a time, and only the read-ahead runs on it while
+    ``each`` works. If ``each`` raises (or its task is cancelled), the read-ahead is cancelled
+    and awaited before the error goes on, so the transaction ends on a connection with no
+    command in flight; a failure of the read-ahead itself is added to that error as a note.
+    """
+    rows = await cursor.fetch(_FETCH_BATCH)
+    while rows:
+        ahead = (
+            asyncio.ensure_future(cursor.fetch(_FETCH_BATCH)) if len(rows) == _FETCH_BATCH else None
+        )
+        try:
+            await each(partition, rows)
+        except BaseException as error:
+            if ahead is not None:
+                ahead.cancel()
+                await asyncio.wait([ahead])
+                if not ahead.cancelled() and ahead.exception() is not None:
+                    error.add_note(f"the read of the next batch failed too: {ahead.exception()!r}")
+            raise
+        rows = await ahead if ahead is not None else []
+
+
+def _query_statement(table: str, prefix: str, node_type: str | None) -> tuple[str, list[str]]:
+    """The SELECT of a live query's rows, ordered by path, and its arguments: one statement per
+    shape of the query, with no condition that a parameter switches off.
+
+    A pooled connection keeps its prepared statements, and after five executions PostgreSQL may
+    plan one generically, for any parameters. ``($1 = '' OR path = $1 OR ...)`` was planned, for
+    a whole partition, as a scan of the index in path order while its plan was custom (the
+    planner saw ``'' = ''``) and as a sequential scan and a sort spilling to disk once generic,
+    so every Initial and gap re-select of a long-lived pool would run at half speed. Each shape
+    here has one plan whatever its parameters.
+    """
+    conditions: list[str] = []
+    args: list[str] = []
+    if prefix:
+        args.append(prefix)
+        conditions.append(f"(path = ${len(args)} OR starts_with(path, ${len(args)} || '/'))")
+    if node_type is not None:
+        args.append(node_type)
+        conditions.append(f"node_type = ${len(args)}")
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    return f"SELECT {_LIVE_COLUMNS} FROM {table}{where} ORDER BY path", args
+
+
+class Reads:
+    """The reads of :class:`~rxmesh.providers.postgres.PostgresStore`."""
+
+    _connections: Connections
+    _schemas: Schemas
+
+    def read(self, path: str) -> Observable[MeshNode | None]:
+        """The node at ``path``; ``None`` for a clean absence (also: no such partition)."""
+        return from_async(lambda: self.aread(path))
+
+    async def aread(self, path: str) -> MeshNode | None:
+        """:meth:`read`, awaited."""
+        validate_path(path)
+        table = self._schemas.table(partition_of(path))
+
+        async def work(conn: Connection) -> MeshNode | None:
+            try:
+                row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM {table} WHERE path = $1", path)
+            except MISSING_SCHEMA:
+                return None  # the partition does not exist yet: a clean absence
+            return None if row is None else _node_from_row(row)
+
+        return await self._connections.run(f"reading '{path}'", work)
+
+    def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
+        """The nodes present among ``paths``, one query per partition."""
+        return from_async(lambda: self.aread_many(paths))
+
+    async def aread_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
+        """:meth:`read_many`, awaited."""
+        for start in range(0, len(paths), _VALIDATE_STEP):
+            if start:
+                await asyncio.sleep(0)  # a 10,000-path read never holds the loop to check them
+            for path in paths[start : start + _VALIDATE_STEP]:
+                validate_path(path)
+        if not paths:
+            return {}
+        first = partition_of(paths[0])
+        under = first + "/"
+        by_partition: dict[str, list[str]] = {}
+        if all(path.startswith(under) or path == first for path in paths):
+            by_partition[first] = list(paths)  # the usual read: one partition's paths
+        else:
+            for path in paths:
+                by_partition.setdefault(partition_of(path), []).append(path)
+
+        async def work(conn: Connection) -> dict[str, MeshNode]:
+            found: dict[str, MeshNode] = {}
+            for partition, wanted in by_partition.items():
+                try:
+                    rows = await conn.fetch(
+                        f"SELECT {_COLUMNS} FROM {self._schemas.table(partition)} "
+                        "WHERE path = ANY($1::text[])",
+                        wanted,
+                    )
+                except MISSING_SCHEMA:
+                    continue
+                for row in rows:
+                    node = _node_from_row(row)
+                    found[node.path] = node
+            return found
+
+        return await self._connections.run(f"reading {len(paths)} path(s)", work)
+
+    async def _select(self, query: NodeQuery) -> list[MeshNode] | PathOrdered:
+        """The nodes matching ``query``, ordered by path: built batch by batch as the rows come,
+        so a batch's records are gone before the next arrives (a 50k-row read never holds 50k
+        records beside the nodes, and no single read of the socket decodes them all). They come
+        as a :class:`PathOrdered` when the rows came strictly ordered by path (checked on the
+        records as they come: one pass less over the nodes), else as the list to sort."""
+        nodes: list[MeshNode] = []
+        ascending = True
+
+        async def build(partition: str, rows: list[asyncpg.Record]) -> None:
+            nonlocal ascending
+            for start in range(0, len(rows), _BUILD_CHUNK):
+                await asyncio.sleep(0)
+                chunk = rows[start : start + _BUILD_CHUNK]
+                if ascending:
+                    ascending = _paths_ascend(chunk, nodes[-1].path if nodes else None)
+                nodes.extend(_stored_nodes_of(chunk, partition, stamps_as_text=True))
+
+        await self._select_batches(query, build)
+        return PathOrdered.of_sorted(nodes) if ascending else nodes
+
+    async def _select_batches(
+        self, query: NodeQuery, each: Callable[[str, list[asyncpg.Record]], Awaitable[None]]
+    ) -> None:
+        """Hand ``each`` the rows matching ``query`` in :data:`_FETCH_BATCH`-row batches, ordered
+        by path, through a cursor per partition (one transaction, one snapshot, each)."""
+        prefix = query.path_prefix.rstrip("/")
+        wanted: list[str] | None = None
+        if query.partition is not None:
+            wanted = [query.partition]
+        if prefix:
+            head = partition_of(prefix)
+            if wanted is not None and head not in wanted:
+                return
+            wanted = [head]
+        for partition in wanted or ():
+            validate_path(partition, allow_reserved=False)
+
+        async def work(conn: Connection) -> None:
+            partitions = wanted if wanted is not None else await self._schemas.partitions(conn)
+            for partition in partitions:
+                try:
+                    async with conn.transaction():  # a cursor lives in a transaction
+                        await conn.execute(_LIVE_SETTINGS)
+                        sql, args = _query_statement(
+                            self._schemas.table(partition), prefix, query.node_type
+                        )
+                        cursor = await conn.cursor(sql, *args)
+                        await _read_ahead(cursor, partition, each)
+                except MISSING_SCHEMA:
+                    continue
+
+        await self._connections.run(f"querying {query!r}", work)
