@@ -154,7 +154,10 @@ def session_prefix(kind: str = "t") -> str:
 @pytest.fixture
 async def prefix(pg_dsn: str) -> AsyncIterator[str]:
     """A schema prefix of this test's own on the shared server; its schemas are dropped after."""
-    from tests.postgres.kinds import drop_schemas, unique_prefix  # asyncpg only when asked
+    from tests.providers.postgres.kinds import (  # asyncpg only when asked
+        drop_schemas,
+        unique_prefix,
+    )
 
     name = unique_prefix()
     yield name

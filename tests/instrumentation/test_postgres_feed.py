@@ -11,8 +11,8 @@ import pytest
 from rxmesh import instrumentation as ins
 from rxmesh.model import ChangeFeedGap
 from tests.instrumentation.conftest import Recorder
-from tests.postgres.kinds import started
 from tests.providers.conftest import Recorder as StreamRecorder
+from tests.providers.postgres.kinds import started
 
 pytestmark = pytest.mark.postgres
 

@@ -21,7 +21,7 @@ import pytest
 from rxmesh.aio import first_value
 from rxmesh.model import MeshNode
 from rxmesh.providers.postgres import PostgresStore
-from tests.postgres.test_pooler import ADVISORY_LOCKS_ON_SCHEMAS
+from tests.providers.postgres.test_pooler import ADVISORY_LOCKS_ON_SCHEMAS
 
 pytestmark = pytest.mark.postgres
 

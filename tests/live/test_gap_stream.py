@@ -19,8 +19,8 @@ from rxmesh.model import ChangeFeedGap, MeshNode, NodeQuery, QueryFrame
 from rxmesh.providers import postgres
 from rxmesh.providers.postgres import _reads
 from tests.live.test_postgres_live import _gap
-from tests.postgres.kinds import started
 from tests.providers.conftest import Recorder
+from tests.providers.postgres.kinds import started
 
 WAIT = 10.0
 QUERY = NodeQuery(partition="p")

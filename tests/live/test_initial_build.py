@@ -28,7 +28,7 @@ from rxmesh.aio import first_value
 from rxmesh.model import MeshNode, NodeQuery
 from rxmesh.providers.postgres import _reads
 from rxmesh.providers.postgres import _rows as rows_module
-from tests.postgres.kinds import started
+from tests.providers.postgres.kinds import started
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from rxmesh.aio import first_value
 from rxmesh.cache import fold_query_frames
 from rxmesh.model import FrameKind, MeshNode, NodeQuery, QueryFrame
 from rxmesh.operators import fan_in
-from tests.postgres.kinds import started
+from tests.providers.postgres.kinds import started
 
 
 def _nodes(*paths: str) -> list[MeshNode]:

@@ -26,8 +26,8 @@ from rxmesh.model import NodeQuery, QueryFrame
 from rxmesh.operations import RejectionReason
 from rxmesh.providers.postgres import PostgresStore
 from tests.conftest import LogRecords
-from tests.postgres.kinds import started
 from tests.providers.conftest import Recorder
+from tests.providers.postgres.kinds import started
 
 WAIT = 10.0
 ALICE = AccessContext(user="alice")

@@ -15,8 +15,8 @@ from rxmesh.aio import first_value
 from rxmesh.model import ChangeFeedGap, MeshNode, NodeQuery, QueryFrame
 from rxmesh.providers.postgres import _live, _rows
 from tests.live.test_postgres_live import _gap
-from tests.postgres.kinds import started
 from tests.providers.conftest import Recorder
+from tests.providers.postgres.kinds import started
 
 WAIT = 10.0
 

@@ -14,8 +14,8 @@ import pytest
 from rxmesh.aio import first_value
 from rxmesh.model import ChangeFeedGap, FrameKind, MeshNode, NodeQuery, QueryFrame
 from rxmesh.providers.postgres import PostgresStore
-from tests.postgres.kinds import started
 from tests.providers.conftest import Recorder
+from tests.providers.postgres.kinds import started
 
 pytestmark = pytest.mark.postgres
 

@@ -35,7 +35,7 @@ from rxmesh.testing import FaultInjectingStore
 from tests.conftest import PG_DSN, require_server
 from tests.helpers import answers
 from tests.mesh.conftest import FAST
-from tests.postgres.kinds import drop_schemas
+from tests.providers.postgres.kinds import drop_schemas
 
 ALICE = AccessContext(user="alice")
 HUGE = 10**5000

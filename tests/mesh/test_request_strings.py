@@ -39,7 +39,7 @@ from rxmesh.testing import FaultInjectingStore
 from tests.conftest import PG_DSN, require_server, session_prefix
 from tests.helpers import answers
 from tests.mesh.conftest import FAST
-from tests.postgres.kinds import drop_schemas
+from tests.providers.postgres.kinds import drop_schemas
 
 NOT_USER_IDS = [
     "", "u\x00x", "..", ".", "a/b", "_x", "_owner", "alice@example.com", "a b", "é", "x" * 129,

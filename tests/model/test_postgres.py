@@ -28,7 +28,7 @@ def test_the_machine_on_postgres(pg_dsn: str) -> None:
     import asyncpg
 
     from rxmesh.providers.postgres import PostgresStore, quote_identifier
-    from tests.postgres.kinds import drop_schemas, unique_prefix
+    from tests.providers.postgres.kinds import drop_schemas, unique_prefix
 
     async def open_store() -> Store:
         store = PostgresStore(pg_dsn, schema_prefix=unique_prefix(), min_size=1, max_size=4)

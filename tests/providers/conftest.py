@@ -48,26 +48,27 @@ async def _memory_with_faults(request: pytest.FixtureRequest) -> AsyncIterator[S
 STORE_KINDS: dict[str, StoreFactory] = {
     "memory": _memory,
     "memory+faults": _memory_with_faults,
-    # The PostgreSQL provider's kinds (tests/postgres/kinds.py; imported lazily: it needs asyncpg).
+    # The PostgreSQL provider's kinds (tests/providers/postgres/kinds.py; imported lazily: it
+    # needs asyncpg).
     "postgres": lambda request: __import__(
-        "tests.postgres.kinds", fromlist=["postgres_store"]
+        "tests.providers.postgres.kinds", fromlist=["postgres_store"]
     ).postgres_store(request),
     "postgres+faults": lambda request: __import__(
-        "tests.postgres.kinds", fromlist=["postgres_store_with_faults"]
+        "tests.providers.postgres.kinds", fromlist=["postgres_store_with_faults"]
     ).postgres_store_with_faults(request),
     # Behind a real PgBouncer in transaction mode (the pool), listening directly (listen_dsn).
     "postgres+pgbouncer": lambda request: __import__(
-        "tests.postgres.kinds", fromlist=["pgbouncer_store"]
+        "tests.providers.postgres.kinds", fromlist=["pgbouncer_store"]
     ).pgbouncer_store(request),
 }
 """Store kind id -> factory of an async context manager yielding a Store. Extend here."""
 
 SHARED_DATABASE_KINDS: dict[str, PairFactory] = {
     "postgres": lambda request: __import__(
-        "tests.postgres.kinds", fromlist=["postgres_pair"]
+        "tests.providers.postgres.kinds", fromlist=["postgres_pair"]
     ).postgres_pair(request),
     "postgres+pgbouncer": lambda request: __import__(
-        "tests.postgres.kinds", fromlist=["pgbouncer_pair"]
+        "tests.providers.postgres.kinds", fromlist=["pgbouncer_pair"]
     ).pgbouncer_pair(request),
 }
 """Store kind id -> factory yielding two instances that share one database."""

@@ -70,7 +70,7 @@ from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
 from tests.conftest import PG_DSN, SESSION, LogRecords, require_server, session_prefix
 from tests.helpers import answers
-from tests.postgres.kinds import drop_schemas
+from tests.providers.postgres.kinds import drop_schemas
 
 ALICE = {"user": "alice"}
 REFUSALS = {

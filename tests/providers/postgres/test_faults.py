@@ -21,7 +21,7 @@ from rxmesh.faults import is_transient_connect_fault, is_write_outcome_unknown
 from rxmesh.model import MeshNode, NodeQuery
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
-from tests.postgres.kinds import drop_schemas, started, unique_prefix
+from tests.providers.postgres.kinds import drop_schemas, started, unique_prefix
 
 pytestmark = pytest.mark.postgres
 

@@ -29,7 +29,7 @@ from rxmesh.operations import (
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
 from tests.helpers import Outcomes
-from tests.postgres.kinds import started
+from tests.providers.postgres.kinds import started
 
 pytestmark = pytest.mark.postgres
 

@@ -24,7 +24,7 @@ from rxmesh.faults import is_store_unreachable
 from rxmesh.model import MeshNode, NodeChange, WindowCommitted
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultProxy
-from tests.postgres.kinds import started
+from tests.providers.postgres.kinds import started
 
 pytestmark = pytest.mark.postgres
 

@@ -35,9 +35,9 @@ from rxmesh.model import (
 )
 from rxmesh.providers.postgres import ChangeFeedState, PostgresStore
 from tests.conftest import LogRecords
-from tests.postgres.kinds import drop_schemas, started, unique_prefix
-from tests.postgres.test_change_feed import _insert_raw, _until
 from tests.providers.conftest import Recorder
+from tests.providers.postgres.kinds import drop_schemas, started, unique_prefix
+from tests.providers.postgres.test_change_feed import _insert_raw, _until
 
 pytestmark = pytest.mark.postgres
 

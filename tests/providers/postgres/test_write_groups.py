@@ -20,7 +20,7 @@ from rxmesh.exceptions import StoreConflictError
 from rxmesh.faults import is_write_outcome_unknown
 from rxmesh.model import MeshNode
 from rxmesh.providers.postgres import PostgresStore
-from tests.postgres.kinds import drop_schemas, started, unique_prefix
+from tests.providers.postgres.kinds import drop_schemas, started, unique_prefix
 
 pytestmark = pytest.mark.postgres
 

@@ -21,7 +21,7 @@ from rxmesh.aio import first_value
 from rxmesh.model import MeshNode, NodeQuery
 from rxmesh.providers.postgres._reads import _query_statement
 from rxmesh.providers.postgres._schema import _COLUMNS
-from tests.postgres.kinds import drop_schemas, started, unique_prefix
+from tests.providers.postgres.kinds import drop_schemas, started, unique_prefix
 
 pytestmark = pytest.mark.postgres
 

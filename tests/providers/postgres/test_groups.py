@@ -2,7 +2,7 @@
 
 Each send here is a coroutine the test releases by hand (an ``asyncio.Event``), so which writes
 share a group is decided by the test, never by timing. The PostgreSQL side (one statement, one
-transaction, conflicts decided alone) is tests/postgres/test_write_groups.py.
+transaction, conflicts decided alone) is tests/providers/postgres/test_write_groups.py.
 """
 
 from __future__ import annotations

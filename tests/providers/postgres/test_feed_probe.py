@@ -21,10 +21,10 @@ from rxmesh.model import ChangeFeedGap, FrameKind, MeshNode, NodeQuery, QueryFra
 from rxmesh.providers.postgres import ChangeFeedState, PostgresStore
 from rxmesh.testing import FaultProxy
 from tests.conftest import LogRecords
-from tests.postgres.kinds import started
-from tests.postgres.test_change_feed import _insert_raw
-from tests.postgres.test_feed_faults import _notify
 from tests.providers.conftest import Recorder
+from tests.providers.postgres.kinds import started
+from tests.providers.postgres.test_change_feed import _insert_raw
+from tests.providers.postgres.test_feed_faults import _notify
 
 pytestmark = pytest.mark.postgres
 

@@ -11,7 +11,7 @@ import pytest
 
 import rxmesh.providers.postgres._reads as reads
 from tests.helpers import LoopTurns
-from tests.postgres.kinds import drop_schemas, started, unique_prefix
+from tests.providers.postgres.kinds import drop_schemas, started, unique_prefix
 
 pytestmark = pytest.mark.postgres
 

@@ -18,7 +18,7 @@ from rxmesh.exceptions import StoreError
 from rxmesh.faults import is_transient_connect_fault
 from rxmesh.model import MeshNode
 from rxmesh.testing import FaultProxy
-from tests.postgres.kinds import drop_schemas, started, unique_prefix
+from tests.providers.postgres.kinds import drop_schemas, started, unique_prefix
 
 pytestmark = pytest.mark.postgres
 

@@ -39,8 +39,8 @@ from rxmesh.providers.postgres import (
 )
 from rxmesh.testing import FaultInjectingStore, FaultProxy
 from tests.helpers import Outcomes
-from tests.postgres.kinds import started
 from tests.providers.conftest import Recorder
+from tests.providers.postgres.kinds import started
 
 pytestmark = pytest.mark.postgres
 

@@ -26,8 +26,8 @@ from rxmesh.model import (
 )
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy, TemporaryPostgresCluster
-from tests.postgres.kinds import started
 from tests.providers.conftest import Recorder
+from tests.providers.postgres.kinds import started
 
 pytestmark = pytest.mark.postgres
 
