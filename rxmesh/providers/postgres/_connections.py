@@ -213,9 +213,9 @@ class Connections:
         )
         return await self._use(pool, conn, operation, work)
 
-    async def notify(self, channel: str, payload: str, budget: float) -> None:
-        """``pg_notify`` through the pool, all of it within ``budget`` seconds (the change
-        feed's delivery probe).
+    async def notify(self, channel: str, payload: str, budget: tuple[float, str]) -> None:
+        """``pg_notify`` through the pool, all of it within ``budget`` (seconds, and the name of
+        the option that set them): the change feed's delivery probe.
 
         No shared attempt: the probe is the feed's own evidence of whether the pool answers. A
         probe that times out must not wait for a stalled connection to be reset on release, so
@@ -223,8 +223,8 @@ class Connections:
         """
         pool = self._started()
         operation = "sending a change-feed probe"
-        deadline = time.perf_counter() + budget
-        conn = await self._acquire(pool, operation, budget)
+        deadline = time.perf_counter() + budget[0]
+        conn = await self._acquire(pool, operation, budget[0])
 
         async def send(conn: Connection) -> None:
             left = max(deadline - time.perf_counter(), 0.001)
@@ -248,11 +248,11 @@ class Connections:
         operation: str,
         work: Callable[[Connection], Awaitable[T]],
         *,
-        time_box: float | None = None,
+        time_box: tuple[float, str] | None = None,
     ) -> T:
         """``work`` on ``conn``, then ``conn`` back to the pool. ``time_box``: the call's own
-        bound; when it fires, or the call is cancelled, the connection is terminated at once
-        instead of checked."""
+        bound (seconds, and its name); when it fires, or the call is cancelled, the connection
+        is terminated at once instead of checked."""
         self.in_use += 1
         try:
             try:
@@ -390,7 +390,7 @@ class Connections:
         connection_usable: bool | None = None,
         in_recovery: bool | None = None,
         wait: float | None = None,
-        time_box: float | None = None,
+        time_box: tuple[float, str] | None = None,
     ) -> BaseException:
         """The error :meth:`raise_at_boundary` raises for ``exc`` (``exc`` itself when it passes
         through); a connection the mapping says is unusable is terminated."""
@@ -409,7 +409,8 @@ class Connections:
                 max_size=self.max_size,
                 acquire_timeout=self.acquire_timeout if wait is None else wait,
                 connect_timeout=self.connect_timeout,
-                command_timeout=self.command_timeout if time_box is None else time_box,
+                command_timeout=self.command_timeout if time_box is None else time_box[0],
+                time_box="command_timeout" if time_box is None else time_box[1],
             ),
         )
         if mapped.drop_connection and connection is not None and not closed:
@@ -428,7 +429,7 @@ class Connections:
         connection_usable: bool | None = None,
         in_recovery: bool | None = None,
         wait: float | None = None,
-        time_box: float | None = None,
+        time_box: tuple[float, str] | None = None,
     ) -> NoReturn:
         """Raise the rxmesh error for ``exc`` (:func:`~._errors.to_store_error`), ``from exc``.
 

@@ -63,6 +63,7 @@ class Boundary:
         connection_usable: after a time-out on a connection, whether it still answered.
         in_use: connections the store holds now; max_size: the pool's maximum.
         acquire_timeout, connect_timeout, command_timeout: the time boxes, in seconds.
+        time_box: the name of the query's time box, for the message (the probe has its own).
     """
 
     store: str
@@ -77,6 +78,7 @@ class Boundary:
     acquire_timeout: float = 10.0
     connect_timeout: float = 5.0
     command_timeout: float = 10.0
+    time_box: str = "command_timeout"
 
 
 class Mapped(NamedTuple):
@@ -255,7 +257,7 @@ def to_store_error(exc: BaseException, at: Boundary) -> Mapped:
         return Mapped(
             error(
                 f"{where} did not answer in time while {operation}: no reply within "
-                f"{at.command_timeout:g}s (the time box rxmesh set, command_timeout; {state})",
+                f"{at.command_timeout:g}s (the time box rxmesh set, {at.time_box}; {state})",
                 None,
                 None,
             )

@@ -416,7 +416,9 @@ class ChangeFeed:
         try:
             try:
                 await self._connections.notify(
-                    self._channel, probe_payload(self._prefix, token), self._heartbeat_timeout
+                    self._channel,
+                    probe_payload(self._prefix, token),
+                    (self._heartbeat_timeout, "heartbeat_timeout"),
                 )
             except (StoreError, *DRIVER_FAULTS) as exc:
                 self.book.probe_failed(f"the probe could not be sent: {exc}", sent=False)

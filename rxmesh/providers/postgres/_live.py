@@ -354,5 +354,3 @@ class LiveQueries(Reads):
         for path in sorted(gone):
             del known[path]
             pending.remove(path)
-
-    # ------------------------------------------------------------------ the change feed
