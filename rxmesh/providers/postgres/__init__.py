@@ -1,16 +1,17 @@
 """The PostgreSQL store (asyncpg): a schema per partition, a LISTEN/NOTIFY change feed.
 
 This package is the only part of rxmesh that imports asyncpg. Its modules, each one job, import
-one way (a module imports only the ones listed after it):
+one way: down this list, never up it.
 
 - ``_store``: :class:`PostgresStore`, the facade (options, start and close, statistics);
-- ``_live`` (live queries, gap re-selects), ``_reads``, ``_writes`` (creates, write groups,
-  bulk windows, compare-and-set verbs): the verbs;
-- ``_feed``: the change feed, owning its ``_listener``, ``_dispatch``\\ er, ``_evidence``,
-  ``_streams`` and its bookkeeping (``_book``, ``_notifications``);
+- ``_live`` (live queries, gap re-selects), ``_reads``, ``_writes`` (creates, bulk windows,
+  compare-and-set verbs; ``_groups``: concurrent creates of a partition as one statement);
+- ``_feed``: the change feed, owning its dispatcher (``_dispatch``), its listener
+  (``_listener``), the evidence it holds back (``_evidence``), its hot streams (``_streams``)
+  and its bookkeeping (``_book``, ``_throttle``, the payload parser ``_notifications``);
 - ``_pooler`` (pooler detection), ``_schema`` (identifiers, DDL, the notify trigger);
 - ``_connections``: the pool, every store call's acquire, run and release, the dedicated
-  connections; ``_attempts`` and ``_groups`` serve it and ``_writes``;
+  connections; ``_attempts``: one connection attempt at a time while the store is away;
 - ``_errors``: the one mapping of driver and network failures to
   :class:`~rxmesh.exceptions.StoreError`, a pure function; ``_rows``: rows as nodes and back.
 """
