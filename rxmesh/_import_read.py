@@ -30,7 +30,7 @@ from rxmesh._import_json import (
     read_lines,
 )
 from rxmesh._model_rules import PLAIN_PATH
-from rxmesh._trusted import trusted
+from rxmesh._util.trusted import trusted
 from rxmesh.model import (
     MAX_CONTENT_BYTES,
     MAX_PATH_LENGTH,

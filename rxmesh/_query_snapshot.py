@@ -3,7 +3,7 @@ for ``replay=fold_query_frames`` (kept apart from the cache to keep each module 
 
 from __future__ import annotations
 
-from rxmesh._path_order import PathOrdered
+from rxmesh._util.path_order import PathOrdered
 from rxmesh.model import FrameKind, MeshNode, QueryFrame
 
 __all__ = ["QuerySnapshot"]

@@ -30,7 +30,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable, SerialDisposable
 
 from rxmesh._query_snapshot import QuerySnapshot
-from rxmesh._scheduling import resolve_scheduler
+from rxmesh._util.scheduling import resolve_scheduler
 from rxmesh.exceptions import MeshDisposedError
 from rxmesh.faults import is_store_unreachable
 from rxmesh.instrumentation import _events

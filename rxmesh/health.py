@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from rxmesh._asgi import Receive, Scope, Send, serve_lifespan
 from rxmesh._health_checks import (
     DEFAULT_MALFORMED_WINDOW,
     ChangeFeedCheck,
@@ -39,6 +38,7 @@ from rxmesh._health_model import (
     HealthReportEntry,
     HealthStatus,
 )
+from rxmesh._util.asgi import Receive, Scope, Send, serve_lifespan
 from rxmesh.instrumentation import _events
 from rxmesh.instrumentation import _seam as _instrumentation
 

@@ -23,19 +23,20 @@ CROSS_CUTTING = {
     "rxmesh._model_rules",
     "rxmesh.operations",
     "rxmesh.instrumentation",
+    "rxmesh._util",
+    # kept until rxmesh/providers/postgres and rxmesh/mesh import rxmesh._util themselves
     "rxmesh._arguments",
     "rxmesh._trusted",
     "rxmesh._path_order",
     "rxmesh._collector",
-    "rxmesh._asgi",
 }
 ALLOWED: dict[str, set[str]] = {
     # a package: what it may import inside rxmesh (besides itself)
     **dict.fromkeys(CROSS_CUTTING, CROSS_CUTTING),
-    "rxmesh.operators": CROSS_CUTTING | {"rxmesh._scheduling"},
-    "rxmesh.providers": CROSS_CUTTING | {"rxmesh._scheduling", "rxmesh.aio"},
-    "rxmesh.ledger": CROSS_CUTTING | {"rxmesh._scheduling", "rxmesh.aio"},
-    "rxmesh.cache": CROSS_CUTTING | {"rxmesh._scheduling", "rxmesh._query_snapshot"},
+    "rxmesh.operators": CROSS_CUTTING,
+    "rxmesh.providers": CROSS_CUTTING | {"rxmesh.aio"},
+    "rxmesh.ledger": CROSS_CUTTING | {"rxmesh.aio"},
+    "rxmesh.cache": CROSS_CUTTING | {"rxmesh._query_snapshot"},
 }
 
 

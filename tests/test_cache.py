@@ -12,7 +12,7 @@ from reactivex import operators as ops
 from reactivex.subject import Subject
 from reactivex.testing import TestScheduler
 
-from rxmesh._path_order import path_ordered
+from rxmesh._util.path_order import path_ordered
 from rxmesh.cache import (
     DEFAULT_IDLE_BACKLOG,
     DEFAULT_IDLE_GRACE,

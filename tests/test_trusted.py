@@ -1,4 +1,4 @@
-"""``rxmesh._trusted``: a model built without validation is the model ``model_construct`` makes.
+"""``rxmesh._util.trusted``: a model built without validation is what ``model_construct`` makes.
 
 The builder sets BaseModel's four slots through their descriptors, fetched once; these tests
 pin that the descriptors are the ones attribute assignment resolves for every model rxmesh
@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from rxmesh import _trusted
-from rxmesh._trusted import fields_of, trusted
+from rxmesh._util.trusted import fields_of, trusted
 from rxmesh.model import CommitAnnounced, MeshNode, NodeChange
 
 _SLOTS = {

@@ -1,4 +1,4 @@
-"""Scheduler resolution shared by every time-based piece of rxmesh (SPEC §12).
+"""Scheduler resolution shared by every time-based piece of rxmesh.
 
 Order: the scheduler passed explicitly, else the scheduler of the subscription, else an
 ``AsyncIOScheduler`` on the running asyncio loop, else reactivex's ``TimeoutScheduler`` (a thread
