@@ -1,7 +1,7 @@
 """Health checks, their report, and an ASGI app that serves it.
 
 The model follows ASP.NET Core's health checks: each registered check returns a status, a
-description and data; the report's status is the WORST entry (``UNHEALTHY < DEGRADED < HEALTHY``);
+description and data; the report's status is the worst entry's (``UNHEALTHY < DEGRADED < HEALTHY``);
 the JSON uses camelCase keys. Checks are tagged: ``"live"`` (is this process alive?) and
 ``"ready"`` (can it serve?). Checks that depend on the store are readiness checks only: a store
 outage must not make an orchestrator restart a healthy process.
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from rxmesh._health_checks import (
+from rxmesh._util.asgi import Receive, Scope, Send, serve_lifespan
+from rxmesh.health._checks import (
     DEFAULT_MALFORMED_WINDOW,
     ChangeFeedCheck,
     ChangeFeedSnapshot,
@@ -31,14 +32,13 @@ from rxmesh._health_checks import (
     PendingWritesCheck,
     PendingWritesSource,
 )
-from rxmesh._health_model import (
+from rxmesh.health._model import (
     HealthCheck,
     HealthCheckResult,
     HealthReport,
     HealthReportEntry,
     HealthStatus,
 )
-from rxmesh._util.asgi import Receive, Scope, Send, serve_lifespan
 from rxmesh.instrumentation import _events
 from rxmesh.instrumentation import _seam as _instrumentation
 

@@ -1,7 +1,7 @@
-"""Health's values: a status, a check's result, the report and its camelCase JSON (SPEC §8).
+"""Health's values: a status, a check's result, the report and its camelCase JSON.
 
-Public from :mod:`rxmesh.health`; kept apart so the checks (:mod:`rxmesh._health_checks`) and the
-registry can both build on them.
+Public from :mod:`rxmesh.health`; kept apart so that the checks (:mod:`rxmesh.health._checks`)
+and the registry can both build on them.
 """
 
 from __future__ import annotations

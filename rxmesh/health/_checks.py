@@ -1,4 +1,4 @@
-"""The health checks rxmesh ships: the live record census, and a store's change feed.
+"""The health checks rxmesh ships: the live record census, a store's change feed, pending writes.
 
 Public from :mod:`rxmesh.health`.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from rxmesh._health_model import HealthCheckResult
+from rxmesh.health._model import HealthCheckResult
 
 __all__ = [
     "DEFAULT_MALFORMED_WINDOW",
@@ -196,7 +196,7 @@ class ChangeFeedSource(Protocol):
 
 
 class ChangeFeedCheck:
-    """The health check of a store's change feed (LISTEN/NOTIFY, SPEC §11).
+    """The health check of a store's change feed (LISTEN/NOTIFY).
 
     HEALTHY "change feed verified 0.4 s ago, probe round trip 1.2 ms": a probe NOTIFY sent
     through the store's pool arrived on its listener that recently (delivery itself, not just
