@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from rxmesh._import_read import ImportProblem
+from rxmesh.importer._read import ImportProblem
 
 __all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "ImportReport", "Progress"]
 

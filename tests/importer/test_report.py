@@ -7,7 +7,7 @@ Negative control: a long import still reports its rate, with its unit.
 
 from __future__ import annotations
 
-from rxmesh._import_report import ImportReport
+from rxmesh.importer._report import ImportReport
 
 
 def first_line(**fields: object) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from rxmesh._import_files import open_regular
+from rxmesh.importer._files import open_regular
 
 __all__ = ["DEFAULT_MAX_ENTRY_BYTES", "Entry", "ImportProblem", "read_document", "read_lines"]
 

@@ -2,7 +2,7 @@
 
 Every file under ``DIR`` (recursively, in sorted order) ending ``.json`` or ``.jsonl`` is read:
 
-- ``*.json``: ONE node object, or a JSON list of node objects (streamed: read an item at a time);
+- ``*.json``: one node object, or a JSON list of node objects (streamed: read an item at a time);
 - ``*.jsonl``: JSON lines, one node object per line (blank lines are skipped).
 
 An entry (a line, a list item, a lone object) longer than 8 MiB cannot hold content a store keeps:
@@ -44,7 +44,9 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
-from rxmesh._import_read import (
+from rxmesh.exceptions import ChangeFeedUnverifiedError, NodeValidationError, StoreError
+from rxmesh.faults import is_store_unreachable
+from rxmesh.importer._read import (
     ImportItem,
     ImportProblem,
     Window,
@@ -53,7 +55,7 @@ from rxmesh._import_read import (
     read_directory,
     read_stream,
 )
-from rxmesh._import_report import (
+from rxmesh.importer._report import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
@@ -61,8 +63,6 @@ from rxmesh._import_report import (
     ImportReport,
     Progress,
 )
-from rxmesh.exceptions import ChangeFeedUnverifiedError, NodeValidationError, StoreError
-from rxmesh.faults import is_store_unreachable
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.mesh import Mesh
 from rxmesh.model import AccessContext, validate_path, validate_user_id

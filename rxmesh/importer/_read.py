@@ -2,7 +2,7 @@
 
 The importer's cost per node is spent here once: JSON decoding, the entry's shape (an object,
 known keys, a string path, a string node type, something to store), the path rule, and duplicate
-detection. Nodes that pass are built WITHOUT pydantic validation (:func:`trusted_node`): the mesh
+detection. Nodes that pass are built without pydantic validation (:func:`trusted_node`): the mesh
 re-checks every node of a request before any store call (path, node type, content) and refuses
 the whole window naming the first offender; only then does :func:`check_node` run the full
 validation entry by entry, so every bad entry is named with its file and line and the rest of its
@@ -21,16 +21,16 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from rxmesh._import_files import Source, open_regular, sources
-from rxmesh._import_json import (
+from rxmesh._model_rules import PLAIN_PATH
+from rxmesh._util.trusted import trusted
+from rxmesh.importer._files import Source, open_regular, sources
+from rxmesh.importer._json import (
     DEFAULT_MAX_ENTRY_BYTES,
     Entry,
     ImportProblem,
     read_document,
     read_lines,
 )
-from rxmesh._model_rules import PLAIN_PATH
-from rxmesh._util.trusted import trusted
 from rxmesh.model import (
     MAX_CONTENT_BYTES,
     MAX_PATH_LENGTH,

@@ -343,7 +343,7 @@ async def test_the_import_reads_a_window_at_a_time_not_the_whole_input_first(
     """FAILS against the old importer, which read (and held) every node before the first write:
     here the file loses all but its first lines once the first window is written, and only what
     was read by then (the first window and the block the reader held) is imported."""
-    from rxmesh import _import_json
+    from rxmesh.importer import _json as _import_json
 
     monkeypatch.setattr(_import_json, "_BLOCK", 4096)  # 256 KiB in use: a smaller file will do
     file = tmp_path / "nodes.jsonl"
@@ -397,7 +397,7 @@ def test_a_window_of_good_entries_is_written_without_a_second_check(tmp_path: Pa
     """Negative control of the test above: no entry is checked alone when the mesh accepts."""
     from unittest import mock
 
-    from rxmesh import _import_read
+    from rxmesh.importer import _read as _import_read
 
     lines = [json.dumps({"path": f"n{i}", "content": {"s": "ok"}}) for i in range(5)]
     (tmp_path / "nodes.jsonl").write_text("\n".join(lines) + "\n")
