@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "rxmesh.operators": CROSS_CUTTING,
     "rxmesh.providers": CROSS_CUTTING | {"rxmesh.aio"},
     "rxmesh.ledger": CROSS_CUTTING | {"rxmesh.aio"},
-    "rxmesh.cache": CROSS_CUTTING | {"rxmesh._query_snapshot"},
+    "rxmesh.cache": CROSS_CUTTING,
 }
 
 

@@ -1,5 +1,9 @@
-"""The incremental snapshot of a live query, as :class:`~rxmesh.cache.SyncedQueryCache` keeps it
-for ``replay=fold_query_frames`` (kept apart from the cache to keep each module small)."""
+"""The incremental snapshot of a live query: what folding its frames keeps, one delta at a time.
+
+:class:`~rxmesh.cache.SyncedQueryCache` keeps one per chain for ``replay=fold_query_frames``. The
+cache multicasts any observable under any key; this module knows what a live query's frames mean
+(an Initial replaces, a Delta removes then upserts, the order is by path), so the two are apart.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ class QuerySnapshot:
         self._template: QueryFrame | None = None
         self._nodes: dict[str, MeshNode] | None = None
         """The nodes by path; ``None`` until the first delta (the Initial is replayed as it came
-        until then, so a 50k-row Initial reaches its subscribers without this pass first)."""
+        until then, so a large Initial reaches its subscribers without this pass first)."""
         self._order: list[str] | None = None
         """The path order of the last materialised Initial; ``None``: not worked out yet (the
         Initial itself is replayed until the first delta)."""

@@ -1,4 +1,4 @@
-"""The synced-query cache: one upstream per distinct query, evicted on fault (SPEC §7).
+"""The synced-query cache: one upstream per distinct query, evicted on fault.
 
 Why not ``share()`` or ``replay()``: reactivex's shared subjects keep a terminal error and hand it
 to every later subscriber, so one transient fault would answer every future caller of that query
@@ -29,8 +29,8 @@ from loguru import logger
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable, SerialDisposable
 
-from rxmesh._query_snapshot import QuerySnapshot
 from rxmesh._util.scheduling import resolve_scheduler
+from rxmesh.cache._snapshot import QuerySnapshot
 from rxmesh.exceptions import MeshDisposedError
 from rxmesh.faults import is_store_unreachable
 from rxmesh.instrumentation import _events
