@@ -21,7 +21,6 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from rxmesh._model_rules import PLAIN_PATH
 from rxmesh._util.trusted import trusted
 from rxmesh.importer._files import Source, open_regular, sources
 from rxmesh.importer._json import (
@@ -39,6 +38,7 @@ from rxmesh.model import (
     validate_content,
     validate_path,
 )
+from rxmesh.model._rules import PLAIN_PATH
 
 __all__ = [
     "DEFAULT_MAX_ENTRY_BYTES",

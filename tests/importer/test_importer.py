@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from reactivex import Observable
 
 from rxmesh import cli
@@ -425,40 +423,9 @@ def test_a_line_nested_too_deeply_is_refused_with_its_line_not_a_crash(
     assert "created           2" in out
 
 
-@given(
-    st.one_of(
-        st.text(alphabet="aZ09-._/", min_size=1, max_size=40),
-        st.lists(st.text(alphabet="a-._", min_size=0, max_size=130), min_size=1, max_size=18).map(
-            "/".join
-        ),
-    )
-)
-@settings(max_examples=600, deadline=None)
-def test_the_path_shortcut_accepts_only_what_the_path_rule_accepts(path: str) -> None:
-    """validate_path's one-match shortcut (shared by the reader) never accepts a path the rule
-    itself refuses, even without reserved segments (the strictest reading)."""
-    from rxmesh._model_rules import PLAIN_PATH, path_by_rule
-
-    if PLAIN_PATH.fullmatch(path) is not None and len(path) <= 512:
-        assert path_by_rule(path, allow_reserved=False) == path
-
-
-@pytest.mark.parametrize(
-    "path", ["_x", "a/_b", "a//b", "a/", "/a", ".", "a/..", "a/.b", "p" * 49, "a/" + "s" * 129]
-)
-def test_negative_control_the_shortcut_takes_no_path_the_rule_refuses_or_must_judge(
-    path: str,
-) -> None:
-    """The property above holds only if the shortcut is strict: paths the rule refuses (or
-    accepts only after a closer look, like '.b') never match it."""
-    from rxmesh._model_rules import PLAIN_PATH
-
-    assert PLAIN_PATH.fullmatch(path) is None
-
-
 def test_a_path_the_shortcut_does_not_know_is_judged_by_the_path_rule(tmp_path: Path) -> None:
-    """Negative control of the property above: '.hidden' misses the shortcut but obeys the rule,
-    so it is imported; '_x' is refused by the rule itself."""
+    """Negative control of the shortcut's property (tests/model/test_rules.py): '.hidden' misses
+    the shortcut but obeys the rule, so it is imported; '_x' is refused by the rule itself."""
     lines = [
         json.dumps({"path": "a/.hidden", "content": 1}),
         json.dumps({"path": "_x", "content": 1}),

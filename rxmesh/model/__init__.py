@@ -32,7 +32,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from rxmesh._model_rules import (
+from rxmesh.model._rules import (
     MAX_CONTENT_BYTES,
     MAX_CONTENT_DEPTH,
     MAX_CONTENT_INT_DIGITS,
@@ -322,7 +322,7 @@ class CommitAnnounced(BaseModel):
 
 
 StoreEvidence = ChangeFeedGap | CommitAnnounced
-"""A piece of evidence that the store answers again (SPEC §5.2)."""
+"""A piece of evidence that the store answers again."""
 
 
 class WindowCommitted(BaseModel):

@@ -2,7 +2,7 @@
 
 The machine
 -----------
-A hypothesis ``RuleBasedStateMachine`` (``tests/model/_machine.py``) over one
+A hypothesis ``RuleBasedStateMachine`` (``tests/machine/_machine.py``) over one
 ``Mesh(RecordingStore(FaultInjectingStore(InMemoryStore())), retry_delays=(0.25, 0.5, 1.0),
 ledger=PendingWriteLedger(""), scheduler=VirtualClock())``:
 
@@ -43,7 +43,7 @@ subscription with a context variable, which the task that runs the request inher
 includes the ledger's own re-issues. For each call it records the outcome (ok / refused as
 unreachable / other error) and the result. From the results of the writes that succeeded it
 keeps a shadow of the store, plus the history of its states (one per write that changed a
-row). The oracle (``tests/model/_harness.py``) keeps the intents it was told are recorded, and
+row). The oracle (``tests/machine/_harness.py``) keeps the intents it was told are recorded, and
 the requests carried after their intent was recorded.
 
 An answer is accepted if it is true at SOME state the store passed through between the request's
@@ -55,9 +55,10 @@ flight is not.
 
 The invariants, judged after every step, and the mutant each one catches
 --------------------------------------------------------------------------
-``tests/model/test_mutants.py`` runs the machine against each mutant (``tests/model/_mutants.py``,
-applied with ``monkeypatch`` at run time, undone after; no broken variant is kept in the
-product) with only that invariant armed, and asserts the machine fails on it:
+``tests/machine/test_mutants.py`` runs the machine against each mutant
+(``tests/machine/_mutants.py``, applied with ``monkeypatch`` at run time, undone after; no broken
+variant is kept in the product) with only that invariant armed, and asserts the machine fails
+on it:
 
 - ``one-answer``: exactly one answer per request (a ledger re-issue: at most one).
   Mutant: ``answers-twice``.
@@ -100,14 +101,14 @@ examples needed: bug 3 (``nothing-written``) 10-314, bug 1 (``success-true``) 22
 profile (up to 24 steps) needs 30, 1096, 124 and 1683 examples respectively. So the CI run
 alone, at 800 examples, would have found bugs 3 and 2 by search, and bugs 1 and 4 only in a
 longer run. All four are also replayed verbatim, from their shortest sequences, in
-``tests/model/test_found.py``, and each replay fails with its defect put back.
+``tests/machine/test_found.py``, and each replay fails with its defect put back.
 
 Running it
 ----------
-``pytest tests/model`` (CI: ``python -m pytest``). Measured on the 2-core development VM:
+``pytest tests/machine`` (CI: ``python -m pytest``). Measured on the 2-core development VM:
 this test (800 derandomized examples of up to 24 steps) ~31 s, the mutants ~8 s, the replays
-~2 s, the PostgreSQL profile (``tests/model/test_postgres.py``) ~5 s. A longer hunt, about 25
-examples a second: ``RXMESH_MODEL_EXAMPLES=20000 pytest tests/model/test_machine.py``; 15,000
+~2 s, the PostgreSQL profile (``tests/machine/test_postgres.py``) ~5 s. A longer hunt, about 25
+examples a second: ``RXMESH_MODEL_EXAMPLES=20000 pytest tests/machine/test_machine.py``; 15,000
 examples of up to 12 steps are green on this tree. ``RXMESH_MODEL_MUTANT_SEARCH=1`` also runs
 the searches for the four bug mutants (minutes).
 """

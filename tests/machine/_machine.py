@@ -1,4 +1,4 @@
-"""The hypothesis state machine over :class:`~tests.model._driver.Driver`, and its profiles."""
+"""The hypothesis state machine over :class:`~tests.machine._driver.Driver`, and its profiles."""
 
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def _toggles(focus: str) -> st.SearchStrategy[Toggle | None]:
 class MeshMachine(RuleBasedStateMachine):
     """Three users and the system, two partitions, every verb, concurrent batches, faults.
 
-    Every step is judged by the oracle (see ``tests/model/test_machine.py`` for the invariants);
+    Every step is judged by the oracle (see ``tests/machine/test_machine.py`` for the invariants);
     teardown drains the ledger (a final restore and a gap) and judges that too.
     """
 

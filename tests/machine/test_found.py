@@ -2,7 +2,7 @@
 
 Each replay must be green on the product as it is. Each one that names a mutant must also FAIL,
 on the invariant named, when the defect it found is put back at run time
-(``tests/model/_mutants.py``: ``bug1`` ... ``bug4`` undo the fix of commit c122163 in place). So
+(``tests/machine/_mutants.py``: ``bug1`` ... ``bug4`` undo the fix of commit c122163 in place). So
 such a replay cannot pass vacuously: the second test proves it still reaches the defect. All of
 them fail on the tree before c122163 (101343f). ``bug1-issue`` is green-only now: its schedule
 no longer reaches the defect once the mesh awaits store coroutines directly; the forced race in

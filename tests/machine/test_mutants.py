@@ -1,12 +1,12 @@
 """Each invariant of the machine catches a deliberately broken variant of the product.
 
-Every mutant (``tests/model/_mutants.py``) is applied with ``monkeypatch`` for one test and
+Every mutant (``tests/machine/_mutants.py``) is applied with ``monkeypatch`` for one test and
 undone after it. The machine runs with only the mutant's invariant armed (the others are
 silenced, so a finding of another kind cannot stand in for it). It must fail on that invariant.
-The map of invariants to mutants is in the docstring of ``tests/model/test_machine.py``.
+The map of invariants to mutants is in the docstring of ``tests/machine/test_machine.py``.
 
 The four mutants that put back the defects of issue 20 are checked in CI by replaying their
-shortest sequences (``tests/model/test_found.py``: fast, deterministic). Searching for them
+shortest sequences (``tests/machine/test_found.py``: fast, deterministic). Searching for them
 takes ~5 minutes (measured: bug 3 1 s, bug 2 4 s, bug 1 41 s, bug 4 255 s), so the search runs
 only with ``RXMESH_MODEL_MUTANT_SEARCH=1``. So do the four of issue 31 (``stranger-settles``,
 ``paths-race``, ``basis-forgets-its-write``, ``reuse-is-landed``): the search catches each within
