@@ -11,7 +11,11 @@ import pytest
 
 from rxmesh import MeshNode
 from rxmesh.aio import first_value
-from rxmesh.exceptions import BuildCoordinationUnreachableError, StoreError
+from rxmesh.exceptions import (
+    BuildCoordinationUnreachableError,
+    MalformedWitnessRecordError,
+    StoreError,
+)
 from rxmesh.messaging import (
     BuildClaimRequest,
     BuildCoordinator,
@@ -22,9 +26,8 @@ from rxmesh.messaging import (
     WitnessVerdict,
 )
 from rxmesh.nodetypes import NodeTypeRegistry
-from rxmesh.prewarm import (
+from rxmesh.nodetypes.prewarm import (
     BUILD_WITNESS_PREFIX,
-    MalformedWitnessRecordError,
     PreWarmer,
     StoreBuildWitness,
     proceed_locally,

@@ -15,11 +15,11 @@ import pytest
 from reactivex.testing import TestScheduler
 
 from rxmesh.cache import SyncedQueryCache, fold_query_frames
-from rxmesh.census import CENSUS_QUERY, LiveRecordCensus, describe_chain
 from rxmesh.exceptions import StoreError
 from rxmesh.health import HealthStatus, LiveRecordCensusCheck, LiveRecordReading
 from rxmesh.model import MeshNode, NodeQuery, QueryFrame
 from rxmesh.nodetypes import NodeTypeRegistry
+from rxmesh.nodetypes.census import CENSUS_QUERY, LiveRecordCensus, describe_chain
 from rxmesh.operators import fan_in
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore, connection_reset_error

@@ -36,7 +36,9 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from rxmesh._nodetype_specs import (
+from rxmesh.exceptions import InvalidNodeTypeError, NodeValidationError
+from rxmesh.model import NODE_TYPE_NODE_TYPE, FrameKind, MeshNode, QueryFrame
+from rxmesh.nodetypes._specs import (
     BakedNodeType,
     FieldSpec,
     FieldType,
@@ -45,8 +47,6 @@ from rxmesh._nodetype_specs import (
     describe_validation_error,
     parse_spec,
 )
-from rxmesh.exceptions import InvalidNodeTypeError, NodeValidationError
-from rxmesh.model import NODE_TYPE_NODE_TYPE, FrameKind, MeshNode, QueryFrame
 
 __all__ = [
     "BakedNodeType",
