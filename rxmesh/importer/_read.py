@@ -32,13 +32,11 @@ from rxmesh.importer._json import (
 )
 from rxmesh.model import (
     MAX_CONTENT_BYTES,
-    MAX_PATH_LENGTH,
     NODE_TYPE_PATTERN,
     MeshNode,
     validate_content,
     validate_path,
 )
-from rxmesh.model._rules import PLAIN_PATH
 
 __all__ = [
     "DEFAULT_MAX_ENTRY_BYTES",
@@ -59,7 +57,6 @@ _GIVEN = {"path", "node_type", "content"}
 one set shared by every node built here (a frozen model never adds to it, and a copy of one
 copies it first), as :func:`rxmesh.mesh._core.stamp` shares its own."""
 
-_PLAIN_PATH = PLAIN_PATH
 _NODE_TYPE = re.compile(NODE_TYPE_PATTERN)
 _NODE_TYPES_SEEN: set[str] = set()
 """Node types that matched :data:`NODE_TYPE_PATTERN` (an import names a few, once a node each):
@@ -147,8 +144,7 @@ def _entry(value: object, prefix: str) -> MeshNode:
     if type(path) is not str:
         raise _BadEntry("'path' is required and must be a string")
     full = prefix + path
-    if len(full) > MAX_PATH_LENGTH or _PLAIN_PATH.fullmatch(full) is None:
-        validate_path(full, allow_reserved=False)
+    validate_path(full, allow_reserved=False)  # one regex match for a plain path
     node_type = value.get("node_type")
     if node_type is not None and type(node_type) is not str:
         raise _BadEntry(f"'node_type' must be a string, got {type(node_type).__name__}")
