@@ -99,24 +99,25 @@ def test_negative_control_an_edge_up_the_picture_is_reported() -> None:
 SHARED_PRIVATE = "rxmesh._util"
 """The one private package every other package may import: the helpers several of them share."""
 
-_SEAM = {"rxmesh.instrumentation._events", "rxmesh.instrumentation._seam"}
+_EVENTS = "rxmesh.instrumentation._events"
+_SEAM = "rxmesh.instrumentation._seam"
 _STORE_AND_LADDER = {
     "rxmesh.providers._store",  # call(), feed_is_whole(): a store's coroutine twins
     "rxmesh.operators._ladder",  # Ladder, the delays' scale
 }
 CROSSINGS_LEFT: dict[str, set[str]] = {
-    # the instrumentation seam: every layer emits its events through it
-    "rxmesh.cache": _SEAM,
-    "rxmesh.diagnosis": _SEAM,
-    "rxmesh.health": _SEAM,
-    "rxmesh.ledger": _SEAM,
-    "rxmesh.operators": _SEAM,
-    "rxmesh.testing": _SEAM | _STORE_AND_LADDER,
-    "rxmesh.mesh": _SEAM
+    # the instrumentation seam (_seam) and its event names (_events): every layer emits through it
+    "rxmesh.cache": {_EVENTS, _SEAM},
+    "rxmesh.diagnosis": {_EVENTS, _SEAM},
+    "rxmesh.health": {_EVENTS, _SEAM},
+    "rxmesh.ledger": {_EVENTS, _SEAM},
+    "rxmesh.operators": {_SEAM},
+    "rxmesh.testing": {_SEAM} | _STORE_AND_LADDER,
+    "rxmesh.mesh": {_SEAM}
     | _STORE_AND_LADDER
     # kept until rxmesh/mesh imports rxmesh._util and the model's rules itself
     | {"rxmesh._arguments", "rxmesh._collector", "rxmesh._model_rules", "rxmesh._trusted"},
-    "rxmesh.providers": _SEAM
+    "rxmesh.providers": {_EVENTS, _SEAM}
     # kept until rxmesh/providers/postgres and _feed import rxmesh._util and the rules themselves
     | {"rxmesh._collector", "rxmesh._model_rules", "rxmesh._path_order", "rxmesh._trusted"},
     "rxmesh._model_rules": {"rxmesh.model._rules"},  # the shim itself
@@ -165,6 +166,17 @@ def new_crossings(found: dict[str, set[str]]) -> list[str]:
 
 def test_no_package_imports_a_private_name_of_another() -> None:
     assert new_crossings(private_crossings()) == []
+
+
+def test_every_crossing_listed_still_happens() -> None:
+    # A crossing that was fixed is taken off CROSSINGS_LEFT, so the list says what is left.
+    found = private_crossings()
+    stale = {
+        package: sorted(targets - found.get(package, set()))
+        for package, targets in CROSSINGS_LEFT.items()
+        if targets - found.get(package, set())
+    }
+    assert stale == {}
 
 
 def test_negative_control_a_private_import_across_packages_is_reported() -> None:
