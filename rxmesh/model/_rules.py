@@ -292,7 +292,7 @@ _SCALAR_BYTES: dict[type, int] = {bool: 5, type(None): 4}
 
 
 def content_certainly_fits(content: object) -> bool:
-    """``True`` only if :func:`validate_content` accepts ``content`` AND its JSON text
+    """``True`` only if :func:`validate_content` accepts ``content`` and its JSON text
     (``json.dumps(content, ensure_ascii=False)`` in UTF-8) is at most :data:`MAX_CONTENT_BYTES`;
     ``False`` means "judge it by those rules" (it may well be valid).
 

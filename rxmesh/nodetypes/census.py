@@ -1,8 +1,8 @@
 """The live record census: a standing watch over the NodeType records.
 
 The census subscribes ``cache.get(NodeQuery(node_type="NodeType"))`` through
-:func:`~rxmesh.operators.reopen_on_transient_fault`, so a transient fault (the incident's
-``StoreError`` from ``ConnectionResetError(104)`` mid-stream) re-opens it through the cache, which
+:func:`~rxmesh.operators.reopen_on_transient_fault`, so a transient fault (a ``StoreError``
+from ``ConnectionResetError(104)`` mid-stream, say) re-opens it through the cache, which
 has already evicted the faulted chain: every re-open reads a fresh upstream. Each reading (Initial
 or Delta) re-bakes what changed (:meth:`NodeTypeRegistry.apply`) and is recorded on the health
 check; before each re-open the interruption is recorded there, so ``/health`` degrades and says
@@ -11,9 +11,9 @@ why; the next reading clears it; a terminal fault stays.
 Health wording (tests pin it):
 
 - interruption: ``"<OuterType> interrupted the census subscription — re-opening (n/5) in 15s:
-  <the chain, outer to inner>"`` — ``OuterType`` is the outermost type of the fault (``StoreError``
-  for the incident; the same name the re-open operator logs), and the chain after the colon names
-  the cause (``ConnectionResetError: [Errno 104] Connection reset by peer``);
+  <the chain, outer to inner>"`` — ``OuterType`` is the outermost type of the fault
+  (``StoreError`` for a connection reset; the same name the re-open operator logs), and the chain
+  after the colon names the cause (``ConnectionResetError: [Errno 104] Connection reset by peer``);
 - terminal: ``"census ended: <OuterType>: <message> (...)"``; the health check adds that the last
   reading is frozen;
 - a store-unreachable fault (:func:`rxmesh.faults.is_store_unreachable`) carries the stall
@@ -133,7 +133,7 @@ class LiveRecordCensus:
         backoff: seconds before the n-th consecutive re-open (2, 5, 15, 30, 60).
         max_consecutive: re-opens in a row without a reading (5).
         scheduler: where the backoff timers run (and the subscription's scheduler).
-        reopen: ``False`` builds the RAW census (same pipeline, no re-open): the negative control
+        reopen: ``False`` builds the raw census (same pipeline, no re-open): the negative control
             that shows a census without the rule ends on the first fault.
 
     Example:
