@@ -4,24 +4,13 @@ Every name here is :mod:`rxmesh.nodetypes.prewarm`'s own; import it from there (
 the sweep raises are in :mod:`rxmesh.exceptions`).
 """
 
-from rxmesh.nodetypes.prewarm import (
-    BUILD_WITNESS_NODE_TYPE,
-    BUILD_WITNESS_PREFIX,
-    PREWARM_QUERY,
-    PreWarmer,
-    PreWarmResult,
-    StoreBuildWitness,
-    default_holder,
-    proceed_locally,
-)
+from rxmesh.nodetypes.prewarm import BUILD_WITNESS_NODE_TYPE as BUILD_WITNESS_NODE_TYPE
+from rxmesh.nodetypes.prewarm import BUILD_WITNESS_PREFIX as BUILD_WITNESS_PREFIX
+from rxmesh.nodetypes.prewarm import PREWARM_QUERY as PREWARM_QUERY
+from rxmesh.nodetypes.prewarm import PreWarmer as PreWarmer
+from rxmesh.nodetypes.prewarm import PreWarmResult as PreWarmResult
+from rxmesh.nodetypes.prewarm import StoreBuildWitness as StoreBuildWitness
+from rxmesh.nodetypes.prewarm import default_holder as default_holder
+from rxmesh.nodetypes.prewarm import proceed_locally as proceed_locally
 
-__all__ = [
-    "BUILD_WITNESS_NODE_TYPE",
-    "BUILD_WITNESS_PREFIX",
-    "PREWARM_QUERY",
-    "PreWarmResult",
-    "PreWarmer",
-    "StoreBuildWitness",
-    "default_holder",
-    "proceed_locally",
-]
+__all__: list[str] = []  # the names are exported by their home only
