@@ -20,14 +20,15 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, Generic, TypeVar, cast
 
 from reactivex import Observable, abc
 from reactivex.disposable import SerialDisposable
 
-from rxmesh._arguments import at_least
+from rxmesh._util.arguments import at_least
+from rxmesh._util.one_shot import OneShot, Subscribed
 from rxmesh.exceptions import SlowConsumerError
 from rxmesh.model import FrameKind, MeshNode, QueryFrame
 from rxmesh.operators._aio_reopen_on_transient_fault import reopen_on_transient_fault_async
@@ -49,25 +50,6 @@ DEFAULT_MAX_PENDING = 1024
 """Items an ``async for`` may fall behind its stream before :class:`SlowConsumerError`."""
 
 
-class _Subscribed(abc.DisposableBase):
-    """One subscription's work, run as a task on the running loop (or the current one).
-
-    Disposing it sets :attr:`disposed` (the work answers nobody from then on) and cancels the
-    task if it is still running. The work receives this object, to read :attr:`disposed`.
-    """
-
-    __slots__ = ("_task", "disposed")
-
-    def __init__(self, work: Callable[[_Subscribed], Coroutine[Any, Any, None]]) -> None:
-        self.disposed = False
-        self._task = asyncio.get_event_loop().create_task(work(self))
-
-    def dispose(self) -> None:
-        self.disposed = True
-        if not self._task.done():
-            self._task.cancel()
-
-
 def from_async(factory: Callable[[], Awaitable[T]]) -> Observable[T]:
     """A cold observable that runs ``factory()`` on the running loop for each subscription.
 
@@ -86,7 +68,7 @@ def from_async(factory: Callable[[], Awaitable[T]]) -> Observable[T]:
     def subscribe(
         observer: abc.ObserverBase[T], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        async def run(task: _Subscribed) -> None:
+        async def run(task: Subscribed) -> None:
             try:
                 value = await factory()
             except asyncio.CancelledError as cancelled:
@@ -105,33 +87,9 @@ def from_async(factory: Callable[[], Awaitable[T]]) -> Observable[T]:
                 observer.on_next(value)
                 observer.on_completed()
 
-        return _Subscribed(run)
+        return Subscribed(run)
 
     return Observable(subscribe)
-
-
-class _OneShot(Observable[T]):
-    """An observable of exactly one item whose work an ``await`` can also run directly.
-
-    Subscribing runs the work on a task of its own (the observable edge); :func:`first_value`
-    awaits ``direct()`` in the caller's task instead: the same attempt, without the observable
-    machinery (the mesh's node operations are built so).
-    """
-
-    def __init__(
-        self,
-        subscribe: Callable[[abc.ObserverBase[T], abc.SchedulerBase | None], abc.DisposableBase]
-        | None = None,
-        direct: Callable[[], Awaitable[T]] | None = None,
-    ) -> None:
-        super().__init__(subscribe)
-        self._direct = direct
-
-    def direct(self) -> Awaitable[T]:
-        """The work, run in the awaiting task (a subclass may define it instead)."""
-        if self._direct is None:
-            raise NotImplementedError("a one-shot observable needs its direct work")
-        return self._direct()
 
 
 async def first_value(source: Observable[T], *, timeout: float | None = None) -> T:
@@ -141,7 +99,7 @@ async def first_value(source: Observable[T], *, timeout: float | None = None) ->
     ``TimeoutError`` if ``timeout`` seconds pass first. A node operation's answer is awaited
     directly, in this task (the same attempt a subscription runs, with no observable between).
     """
-    if isinstance(source, _OneShot):
+    if isinstance(source, OneShot):
         if timeout is None:
             return cast(T, await source.direct())
         async with asyncio.timeout(timeout):

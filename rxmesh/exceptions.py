@@ -257,7 +257,7 @@ class BuildCoordinationUnreachableError(RxMeshError):
 
 class MalformedWitnessRecordError(RxMeshError, ValueError):
     """A durable-witness record exists but says nothing readable: not a verdict, and not an
-    absence (see :mod:`rxmesh.prewarm`)."""
+    absence (see :mod:`rxmesh.nodetypes.prewarm`)."""
 
 
 class JournalError(RxMeshError):

@@ -3,13 +3,13 @@
 rxmesh logs through loguru and is silent until enabled (``logger.enable("rxmesh")``), as a library
 should be. An application on loguru adds its own sinks; one on ``logging`` (uvicorn, gunicorn,
 Django) calls :func:`route_to_stdlib` once: rxmesh's records then reach
-``logging.getLogger("rxmesh.<module>")`` (``rxmesh.census``, ``rxmesh.providers.postgres``, ...),
-with loguru's levels mapped onto logging's (``TRACE`` → ``DEBUG``, ``SUCCESS`` → ``INFO``) and the
-fields rxmesh bound (``logger.bind(store=..., attempt=...)``) as attributes of the record, as
-``extra=`` sets them (one named like a ``LogRecord`` attribute gets an ``rxmesh_`` prefix).
-Records of other loguru users in the process are not routed. Enabling is process-wide: loguru's
-own default sink (stderr) writes rxmesh's records too, unless the application removed it
-(``logger.remove()``).
+``logging.getLogger("rxmesh.<module>")`` (``rxmesh.nodetypes.census``,
+``rxmesh.providers.postgres``, ...), with loguru's levels mapped onto logging's (``TRACE`` →
+``DEBUG``, ``SUCCESS`` → ``INFO``) and the fields rxmesh bound (``logger.bind(store=...,
+attempt=...)``) as attributes of the record, as ``extra=`` sets them (one named like a ``LogRecord``
+attribute gets an ``rxmesh_`` prefix). Records of other loguru users in the process are not routed.
+Enabling is process-wide: loguru's own default sink (stderr) writes rxmesh's records too, unless the
+application removed it (``logger.remove()``).
 
 Example:
     >>> import logging

@@ -28,7 +28,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rxmesh._trusted import trusted
+from rxmesh._util.trusted import trusted
 from rxmesh.model import AccessContext, MeshNode, NodePath, RequestId
 
 _Shape = tuple[dict[str, Any], frozenset[str]] | None

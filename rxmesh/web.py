@@ -35,8 +35,8 @@ import json
 from loguru import logger
 from reactivex import Observable, abc
 
-from rxmesh._arguments import at_least
-from rxmesh._asgi import Receive, Scope, Send, serve_lifespan
+from rxmesh._util.arguments import at_least
+from rxmesh._util.asgi import Receive, Scope, Send, serve_lifespan
 from rxmesh.aio import iterate
 from rxmesh.faults import is_standing_watch_transient
 from rxmesh.model import QueryFrame

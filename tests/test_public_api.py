@@ -161,7 +161,19 @@ ONE_HOME: dict[str, dict[str, list[str]]] = {
         "rxmesh.ledger": ["JournalError", "PendingWriteHeldError"],
         "rxmesh.drill": ["DrillSetupError"],
     },
-}
+    "rxmesh.nodetypes.census": {
+        "rxmesh.census": [
+            "CENSUS_QUERY", "CensusHealth", "CensusStatistics", "LiveRecordCensus", "QuerySource",
+            "describe_chain",
+        ],
+    },
+    "rxmesh.nodetypes.prewarm": {
+        "rxmesh.prewarm": [
+            "BUILD_WITNESS_NODE_TYPE", "BUILD_WITNESS_PREFIX", "PREWARM_QUERY", "PreWarmResult",
+            "PreWarmer", "StoreBuildWitness", "default_holder", "proceed_locally",
+        ],
+    },
+}  # fmt: skip
 """home -> {another module that still imports some of its names -> those names}: the names are
 exported by their home only (the other module keeps them importable, outside ``__all__``)."""
 

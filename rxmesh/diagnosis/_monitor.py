@@ -18,7 +18,7 @@ from typing import Any
 
 from loguru import logger
 
-from rxmesh._arguments import at_least, positive_seconds
+from rxmesh._util.arguments import at_least, positive_seconds
 from rxmesh.diagnosis._fields import (
     DEFAULT_HISTORY,
     DEFAULT_LATE_THRESHOLD_SECONDS,

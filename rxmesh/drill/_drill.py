@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from reactivex import Observable
 
 from rxmesh.cache import SyncedQueryCache
-from rxmesh.census import LiveRecordCensus
 from rxmesh.drill._timeline import Timeline
 from rxmesh.drill.invariants import RequestAccount
 from rxmesh.health import (
@@ -31,6 +30,7 @@ from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome, read_journal
 from rxmesh.mesh import Mesh
 from rxmesh.model import NODE_TYPE_NODE_TYPE, AccessContext, MeshNode, NodeQuery, QueryFrame
 from rxmesh.nodetypes import NodeTypeRegistry
+from rxmesh.nodetypes.census import LiveRecordCensus
 from rxmesh.operations import CreateNodeRequest, CreateNodeResponse, RejectionReason
 from rxmesh.operators import retry_transient_connect
 

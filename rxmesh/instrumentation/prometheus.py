@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from rxmesh._asgi import serve_lifespan
+from rxmesh._util.asgi import serve_lifespan
 from rxmesh.instrumentation import _events, _seam
 
 __all__ = [

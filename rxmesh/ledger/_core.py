@@ -19,7 +19,7 @@ from typing import Literal
 from loguru import logger
 from reactivex.subject import Subject
 
-from rxmesh._collector import collector_paused
+from rxmesh._util.collector import collector_paused
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
 from rxmesh.ledger._journal import Journal
 from rxmesh.ledger._log import Log, encode_del, encode_put

@@ -25,7 +25,8 @@ from typing import Any, Generic, TypeVar
 from loguru import logger
 from reactivex import Observable, abc
 
-from rxmesh.aio import _OneShot, _Subscribed
+from rxmesh._util.one_shot import OneShot as _OneShot
+from rxmesh._util.one_shot import Subscribed as _Subscribed
 from rxmesh.faults import describe_may_have_partially_landed, is_write_outcome_unknown
 from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.mesh._arms import Judgement, judge

@@ -10,7 +10,7 @@ from loguru import logger
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 
-from rxmesh._scheduling import resolve_scheduler
+from rxmesh._util.scheduling import resolve_scheduler
 from rxmesh.exceptions import BuildCoordinationUnreachableError
 from rxmesh.faults import is_coordination_unreachable, is_no_answer_in_time
 from rxmesh.messaging._build import BUILD_COORDINATOR_ADDRESS
@@ -66,7 +66,7 @@ def retry_unreachable_coordination(
         handshake: a factory of cold observables; called once per attempt.
         attempts: tries in all (default 3).
         backoff: seconds before each retry (default 5 s, then 15 s).
-        scheduler: where the backoff timers run (default: see ``rxmesh._scheduling``).
+        scheduler: where the backoff timers run (default: see ``rxmesh._util.scheduling``).
         target: the coordinator address named in the error.
         on_retry: called ``(error, attempt, delay)`` once per scheduled retry.
     """

@@ -18,9 +18,9 @@ from loguru import logger
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable, SerialDisposable
 
-from rxmesh._arguments import positive_seconds
-from rxmesh._path_order import PathOrdered, is_path_ordered
-from rxmesh._scheduling import resolve_scheduler
+from rxmesh._util.arguments import positive_seconds
+from rxmesh._util.path_order import PathOrdered, is_path_ordered
+from rxmesh._util.scheduling import resolve_scheduler
 from rxmesh.exceptions import QueryProviderStalledError
 from rxmesh.model import FrameKind, MeshNode, QueryFrame
 from rxmesh.operators._retry_transient_connect import retry_transient_connect

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from loguru import logger
 from reactivex import abc
 
-from rxmesh._arguments import at_least, require_callable, validate_ladder
+from rxmesh._util.arguments import at_least, require_callable, validate_ladder
 from rxmesh.faults import is_standing_watch_transient, is_transient_connect_fault
 from rxmesh.instrumentation import _seam as _instrumentation
 

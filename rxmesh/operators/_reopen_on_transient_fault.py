@@ -18,7 +18,7 @@ from reactivex.disposable import (
     SingleAssignmentDisposable,
 )
 
-from rxmesh._scheduling import resolve_scheduler
+from rxmesh._util.scheduling import resolve_scheduler
 from rxmesh.faults import is_standing_watch_transient
 from rxmesh.operators._ladder import (
     DEFAULT_MAX_CONSECUTIVE_REOPENS,
@@ -73,7 +73,7 @@ def reopen_on_transient_fault(
         jitter: up to that fraction of each delay added at random (0, the default: the
             delays exactly); ``random``: the source of the draws (``random.random``).
         scheduler: where the backoff timers run; else the subscription's scheduler, else the
-            running asyncio loop, else a thread timer (see :mod:`rxmesh._scheduling`).
+            running asyncio loop, else a thread timer (see :mod:`rxmesh._util.scheduling`).
 
     Raises:
         TypeError: a non-callable ``open``/``is_transient``/``on_reopen``, a non-int

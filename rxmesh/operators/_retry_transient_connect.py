@@ -18,7 +18,7 @@ from reactivex.disposable import (
     SingleAssignmentDisposable,
 )
 
-from rxmesh._scheduling import resolve_scheduler
+from rxmesh._util.scheduling import resolve_scheduler
 from rxmesh.faults import is_transient_connect_fault
 from rxmesh.operators._ladder import DEFAULT_RETRY_DELAYS, NO_JITTER, Ladder, OnRetry, Random
 from rxmesh.operators._sink import direct_sink
@@ -54,7 +54,7 @@ def retry_transient_connect(
         jitter: up to that fraction of each delay added at random (0, the default: the
             delays exactly); ``random``: the source of the draws (``random.random``).
         scheduler: where the backoff timers run; else the subscription's scheduler, else the
-            running asyncio loop, else a thread timer (see :mod:`rxmesh._scheduling`).
+            running asyncio loop, else a thread timer (see :mod:`rxmesh._util.scheduling`).
 
     Raises:
         TypeError: a non-callable ``should_retry``/``on_retry``, or ``delays`` not numbers.

@@ -26,7 +26,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
-from rxmesh._trusted import fields_of, trusted
+from rxmesh._util.trusted import fields_of, trusted
 from rxmesh.exceptions import StoreConflictError
 from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.model import (

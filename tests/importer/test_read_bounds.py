@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-import rxmesh._import_json as reading
+import rxmesh.importer._json as reading
 from rxmesh import Mesh
-from rxmesh._import_read import DEFAULT_MAX_ENTRY_BYTES, read_windows
 from rxmesh.importer import Progress, import_directory
+from rxmesh.importer._read import DEFAULT_MAX_ENTRY_BYTES, read_windows
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.providers.memory import InMemoryStore
 

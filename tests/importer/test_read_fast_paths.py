@@ -12,7 +12,7 @@ import pytest
 
 import rxmesh.importer as importer
 from rxmesh import Mesh
-from rxmesh._import_read import (
+from rxmesh.importer._read import (
     ImportProblem,
     Window,
     check_node,

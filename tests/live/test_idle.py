@@ -22,8 +22,8 @@ from rxmesh.providers import InMemoryStore
 
 ROOT = Path(__file__).resolve().parents[2] / "rxmesh"
 LIVE_CODE = {
-    str(ROOT / "cache.py"): None,
-    str(ROOT / "_query_snapshot.py"): None,
+    str(ROOT / "cache" / "__init__.py"): None,
+    str(ROOT / "cache" / "_snapshot.py"): None,
     str(ROOT / "operators" / "_fan_in.py"): None,
     str(ROOT / "providers" / "memory.py"): {"apply", "on_commit"},  # the query's own closures
 }

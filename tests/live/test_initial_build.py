@@ -5,7 +5,7 @@ A 50k-row Initial made some 230 young collections, 20 middle ones and a full pas
 heap inside the store's build (objects that cannot be garbage yet: they are in the list being
 built), and the store asked for each batch of rows only once the previous one was built, so the
 server waited while this process built. Now each build step runs with the collector held off
-(:func:`rxmesh._collector.collector_paused`) and the cursor's next batch is read while this one
+(:func:`rxmesh._util.collector.collector_paused`) and the cursor's next batch is read while this one
 is built (:func:`rxmesh.providers.postgres._reads._read_ahead`).
 """
 
@@ -22,8 +22,8 @@ import asyncpg.cursor
 import pytest
 
 import rxmesh.providers.postgres as postgres
-from rxmesh._collector import collector_paused
-from rxmesh._path_order import PathOrdered
+from rxmesh._util.collector import collector_paused
+from rxmesh._util.path_order import PathOrdered
 from rxmesh.aio import first_value
 from rxmesh.model import MeshNode, NodeQuery
 from rxmesh.providers.postgres import _reads

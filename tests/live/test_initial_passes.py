@@ -20,11 +20,10 @@ import pytest
 from reactivex.subject import Subject
 from reactivex.testing import TestScheduler
 
-import rxmesh._path_order as path_order
-from rxmesh._path_order import PathOrdered, is_path_ordered, path_ordered
-from rxmesh._query_snapshot import QuerySnapshot
+import rxmesh._util.path_order as path_order
+from rxmesh._util.path_order import PathOrdered, is_path_ordered, path_ordered
 from rxmesh.aio import first_value
-from rxmesh.cache import fold_query_frames
+from rxmesh.cache import QuerySnapshot, fold_query_frames
 from rxmesh.model import FrameKind, MeshNode, NodeQuery, QueryFrame
 from rxmesh.operators import fan_in
 from tests.providers.postgres.kinds import started

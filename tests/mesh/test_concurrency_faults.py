@@ -94,7 +94,7 @@ async def test_the_forced_race_catches_the_defect_put_back(monkeypatch: pytest.M
     """Negative control of the test above: with issue 20's bug 1 put back at run time (the
     model-based check's ``bug1`` mutant: a partition seen new authorises the delete), the same
     interleaving deletes bob's node, as the issue reported."""
-    from tests.model._mutants import BY_NAME
+    from tests.machine._mutants import BY_NAME
 
     BY_NAME["bug1"].apply(monkeypatch)
     create, delete, row = await race_a_rightless_delete_against_a_create()

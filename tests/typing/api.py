@@ -245,3 +245,29 @@ async def postgres_behind_a_pooler() -> list[str]:
         standby.dsn,
         str(sorted(TARGET_SESSION_ATTRS)),
     ]
+
+
+async def a_newcomer_imports_from_the_top_level_alone() -> list[str]:
+    """``from rxmesh import ...``: the mesh, its models, both stores and a create's errors."""
+    from rxmesh import (
+        AccessContext,
+        InMemoryStore,
+        Mesh,
+        MeshNode,
+        NodeExistsError,
+        NodeQuery,
+        PostgresStore,
+        QueryFrame,
+        StoreUnavailableError,
+    )
+
+    stores = (InMemoryStore(), PostgresStore("postgresql://app@127.0.0.1:5432/mesh"))
+    mesh = Mesh(stores[0])
+    node = MeshNode(path="shop/orders/1", node_type="Order", content={})
+    try:
+        created: MeshNode = await mesh.create(node, access=AccessContext(user="alice"))
+    except (NodeExistsError, StoreUnavailableError) as refused:
+        return [refused.reason or ""]
+    frame: QueryFrame | None = None
+    query = NodeQuery(partition="shop")
+    return [created.path, query.partition or "", str(frame)]

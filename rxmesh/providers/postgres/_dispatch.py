@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from loguru import logger
 
-from rxmesh._trusted import fields_of, trusted
+from rxmesh._util.trusted import fields_of, trusted
 from rxmesh.model import CommitAnnounced, MeshNode, NodeChange
 from rxmesh.providers.postgres._book import FeedBook
 from rxmesh.providers.postgres._errors import DRIVER_FAULTS, MISSING_SCHEMA

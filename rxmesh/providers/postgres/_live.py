@@ -13,7 +13,7 @@ from loguru import logger
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable
 
-from rxmesh._path_order import PathOrdered, path_ordered
+from rxmesh._util.path_order import PathOrdered, path_ordered
 from rxmesh.aio import from_async
 from rxmesh.model import FrameKind, MeshNode, NodeChange, NodeQuery, QueryFrame
 from rxmesh.providers.postgres._feed import ChangeFeed, Outlasted

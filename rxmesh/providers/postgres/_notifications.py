@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import re
 
-from rxmesh._model_rules import PLAIN_PATH
 from rxmesh.model import MAX_PATH_LENGTH, partition_of, validate_path
+from rxmesh.model._rules import PLAIN_PATH
 
 __all__ = [
     "BATCH_SIZE",

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import asyncpg
 from reactivex import Observable
 
-from rxmesh._path_order import PathOrdered, strictly_ascending
+from rxmesh._util.path_order import PathOrdered, strictly_ascending
 from rxmesh.aio import from_async
 from rxmesh.model import MeshNode, NodeQuery, partition_of, validate_path
 from rxmesh.providers.postgres._connections import Connection, Connections

@@ -20,8 +20,15 @@ from typing import Any, NoReturn
 import asyncpg
 from loguru import logger
 
-from rxmesh._collector import collector_paused
-from rxmesh._trusted import fields_of, set_dict, set_extra, set_fields_set, set_private, trusted
+from rxmesh._util.collector import collector_paused
+from rxmesh._util.trusted import (
+    fields_of,
+    set_dict,
+    set_extra,
+    set_fields_set,
+    set_private,
+    trusted,
+)
 from rxmesh.model import MeshNode
 
 __all__: list[str] = []
@@ -180,7 +187,7 @@ def _stored_nodes_of(
     Point reads (``aread``/``aread_many``, which feed existence checks and grants) always
     validate. ``stamps_as_text``: the rows hold ``created_at`` as text (:data:`_LIVE_COLUMNS`).
     """
-    with collector_paused():  # nothing built here can be garbage yet (rxmesh._collector)
+    with collector_paused():  # nothing built here can be garbage yet (rxmesh._util.collector)
         contents = _contents_of(rows, partition)
         stamps: Iterable[datetime | None] = (
             _row_stamps(rows, partition) if stamps_as_text else [row[4] for row in rows]
@@ -213,7 +220,7 @@ def _stored_nodes_of(
                 for row, value, at in zip(rows, values, stamps, strict=True)
             ]
             return [node for node in built if node is not None]
-        # rxmesh._trusted.trusted, one attribute at a time for the whole chunk: each setter
+        # rxmesh._util.trusted.trusted, one attribute at a time for the whole chunk: each setter
         # applied by C-level ``map``, not by a Python-level call per row and attribute.
         count = len(values)
         nodes: list[MeshNode] = list(map(_new_object, repeat(MeshNode, count)))

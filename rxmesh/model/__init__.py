@@ -1,0 +1,335 @@
+"""Pydantic models of the mesh: nodes, access, queries, frames and change-feed evidence.
+
+Path rules (one place, used by every layer): a path is ``/``-separated segments of
+``[A-Za-z0-9._-]``; ``.`` and ``..`` are not segments; a segment starting with ``_`` is reserved for
+system records (``<partition>/_access/<user>``, ``<partition>/_owner``); at most
+:data:`MAX_PATH_DEPTH` segments, :data:`MAX_SEGMENT_LENGTH` characters a segment and
+:data:`MAX_PATH_LENGTH` in all. The partition is the first segment; it may not be reserved and is
+at most :data:`MAX_PARTITION_LENGTH` characters (it names a database schema).
+
+Identity and id rules (docs/requests.md says why): a user id (:func:`validate_user_id`) is a valid,
+non-reserved path segment, because it names the grant ``<partition>/_access/<user>``; a request id
+(:func:`validate_request_id`) and an ``on_behalf_of`` label (:func:`validate_label`) are text of
+bounded length without NUL, lone surrogates or control characters. Fields of a stored
+:class:`MeshNode` (``created_by``, ``request_id``) only refuse what no store can keep (NUL, lone
+surrogates) and over-long text, so an existing row always reads back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    WithJsonSchema,
+)
+
+from rxmesh.model._rules import (
+    MAX_CONTENT_BYTES,
+    MAX_CONTENT_DEPTH,
+    MAX_CONTENT_INT_DIGITS,
+    MAX_LABEL_LENGTH,
+    MAX_PARTITION_LENGTH,
+    MAX_PATH_DEPTH,
+    MAX_PATH_LENGTH,
+    MAX_REQUEST_ID_LENGTH,
+    MAX_SEGMENT_LENGTH,
+    MAX_USER_ID_LENGTH,
+    USER_ID_RULE,
+    _label_problem,
+    _request_id_problem,
+    _text_problem,
+    _user_id_problem,
+    is_reserved_path,
+    partition_of,
+    validate_content,
+    validate_label,
+    validate_path,
+    validate_request_id,
+    validate_stored_text,
+    validate_user_id,
+)
+
+__all__ = [
+    "MAX_CONTENT_BYTES",
+    "MAX_CONTENT_DEPTH",
+    "MAX_CONTENT_INT_DIGITS",
+    "MAX_LABEL_LENGTH",
+    "MAX_PARTITION_LENGTH",
+    "MAX_PATH_DEPTH",
+    "MAX_PATH_LENGTH",
+    "MAX_REQUEST_ID_LENGTH",
+    "MAX_SEGMENT_LENGTH",
+    "MAX_USER_ID_LENGTH",
+    "NODE_TYPE_NODE_TYPE",
+    "NODE_TYPE_PATTERN",
+    "SYSTEM_USER",
+    "USER_ID_RULE",
+    "AccessContext",
+    "ChangeFeedGap",
+    "CommitAnnounced",
+    "FrameKind",
+    "MeshNode",
+    "NodeChange",
+    "NodeQuery",
+    "QueryFrame",
+    "StoreEvidence",
+    "WindowCommitted",
+    "is_reserved_path",
+    "partition_of",
+    "validate_content",
+    "validate_label",
+    "validate_path",
+    "validate_request_id",
+    "validate_stored_text",
+    "validate_user_id",
+]
+
+NODE_TYPE_PATTERN = r"^[A-Za-z][A-Za-z0-9_.:-]{0,127}$"
+"""A node type name: a letter, then letters, digits, ``_ . : -``; at most 128 characters."""
+
+SYSTEM_USER = "system"
+"""The system identity: it may do anything."""
+
+NODE_TYPE_NODE_TYPE = "NodeType"
+"""The node type of NodeType records (their content defines the fields of a node type)."""
+
+
+def _check_path(value: str) -> str:
+    return validate_path(value, allow_reserved=True)
+
+
+def _pydantic(problem_of: Callable[[object], str | None]) -> Callable[[str], str]:
+    """An after-validator raising ``ValueError(problem)``; pydantic names the field."""
+
+    def check(value: str) -> str:
+        problem = problem_of(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    return check
+
+
+NodePath = Annotated[str, AfterValidator(_check_path)]
+"""A path obeying the path rules (reserved segments allowed; the mesh decides who may use them)."""
+_TEXT_PATTERN = r"^[^\u0000-\u001f\u007f-\u009f]*$"
+"""JSON Schema for published text fields: no control characters (a schema cannot say "no lone
+surrogate"; JSON text that holds one is refused naming the field all the same)."""
+_USER_ID_PATTERN = rf"^(?!\.\.?$)(?!_)[A-Za-z0-9._-]{{1,{MAX_USER_ID_LENGTH}}}$"
+UserId = Annotated[
+    str,
+    AfterValidator(_pydantic(_user_id_problem)),
+    WithJsonSchema({"type": "string", "pattern": _USER_ID_PATTERN}),
+]
+"""A user id (see :func:`validate_user_id`)."""
+RequestId = Annotated[
+    str,
+    AfterValidator(_pydantic(_request_id_problem)),
+    WithJsonSchema({"type": "string", "pattern": _TEXT_PATTERN, "minLength": 1, "maxLength": 128}),
+]
+"""A request id (see :func:`validate_request_id`)."""
+Label = Annotated[
+    str,
+    AfterValidator(_pydantic(_label_problem)),
+    WithJsonSchema({"type": "string", "pattern": _TEXT_PATTERN, "maxLength": MAX_LABEL_LENGTH}),
+]
+"""An identity label (see :func:`validate_label`)."""
+StoredUser = Annotated[
+    str,
+    AfterValidator(
+        _pydantic(lambda v: _text_problem(v, max_length=MAX_LABEL_LENGTH, control=False))
+    ),
+]
+"""``created_by`` as a store keeps it: storable text of at most :data:`MAX_LABEL_LENGTH`."""
+StoredRequestId = Annotated[
+    str,
+    AfterValidator(
+        _pydantic(lambda v: _text_problem(v, max_length=MAX_REQUEST_ID_LENGTH, control=False))
+    ),
+]
+"""A row's ``request_id`` as a store keeps it: storable text of at most 128 characters."""
+
+
+class MeshNode(BaseModel):
+    """A node of the mesh, as stored.
+
+    Args:
+        path: where the node lives: ``<partition>/<segment>/...`` (see docs/requests.md).
+        node_type: the name of its NodeType, or ``None`` for an untyped node.
+        content: its JSON content (integers of at most ``MAX_CONTENT_INT_DIGITS`` digits; no
+            NaN or infinity).
+        created_by: the user whose request wrote it (set by the mesh).
+        created_at: when it was first written (set by the store; ``None`` when the store holds
+            a time Python cannot).
+        version: 0 until the mesh stamps the node, then 1 and up, one per write.
+        request_id: the id of the request whose write produced this version, kept with the row
+            so an ambiguous commit can be recognised.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: NodePath
+    node_type: Annotated[str, StringConstraints(pattern=NODE_TYPE_PATTERN)] | None = None
+    content: JsonValue = None
+    created_by: StoredUser | None = None
+    created_at: datetime | None = None
+    version: int = Field(default=0, ge=0)
+    request_id: StoredRequestId | None = None
+
+    @property
+    def partition(self) -> str:
+        """The node's partition (first path segment)."""
+        return partition_of(self.path)
+
+
+class AccessContext(BaseModel):
+    """Who a request is delivered on behalf of; used to authorise it (and its re-issue).
+
+    ``user`` is a user id (:func:`validate_user_id`: a non-reserved path segment, since it names
+    the grant ``<partition>/_access/<user>``); ``on_behalf_of`` is a label
+    (:func:`validate_label`), kept with a pending write and shown in logs.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    user: UserId
+    on_behalf_of: Label | None = None
+
+    @classmethod
+    def system(cls) -> AccessContext:
+        """The system identity, which may do anything."""
+        return cls(user=SYSTEM_USER)
+
+    @property
+    def is_system(self) -> bool:
+        """Whether this is the system identity."""
+        return self.user == SYSTEM_USER
+
+
+class NodeQuery(BaseModel):
+    """A query for nodes: every node under ``path_prefix`` (optionally of one ``node_type``).
+
+    Frozen and hashable, so it keys the synced-query cache.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    partition: str | None = None
+    path_prefix: str = ""
+    node_type: str | None = None
+
+    def matches(self, node: MeshNode) -> bool:
+        """Whether ``node`` belongs to this query's result."""
+        if self.partition is not None and node.partition != self.partition:
+            return False
+        prefix = self.path_prefix.rstrip("/")
+        if prefix and not (node.path == prefix or node.path.startswith(prefix + "/")):
+            return False
+        return self.node_type is None or node.node_type == self.node_type
+
+
+class FrameKind(StrEnum):
+    """An Initial frame (a snapshot) or a Delta (changes since)."""
+
+    INITIAL = "INITIAL"
+    DELTA = "DELTA"
+
+
+class QueryFrame(BaseModel):
+    """One frame of a live query: the Initial snapshot, then deltas.
+
+    ``silent_providers`` names providers whose Initial was not a real answer (completed without
+    one, or flagged ``snapshot_incomplete``); such a frame is delivered but never cached.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: FrameKind
+    nodes: tuple[MeshNode, ...] = ()
+    removed: tuple[str, ...] = ()
+    silent_providers: tuple[str, ...] = ()
+    snapshot_incomplete: bool = False
+    provider: str | None = None
+
+    @classmethod
+    def initial(
+        cls, nodes: Sequence[MeshNode], *, provider: str | None = None, incomplete: bool = False
+    ) -> QueryFrame:
+        """An Initial frame of ``nodes``, ordered by path."""
+        ordered = tuple(sorted(nodes, key=lambda n: n.path))
+        return cls(
+            kind=FrameKind.INITIAL, nodes=ordered, provider=provider, snapshot_incomplete=incomplete
+        )
+
+    @classmethod
+    def delta(
+        cls,
+        nodes: Sequence[MeshNode] = (),
+        removed: Sequence[str] = (),
+        *,
+        provider: str | None = None,
+    ) -> QueryFrame:
+        """A Delta frame: nodes added or changed, paths removed."""
+        return cls(
+            kind=FrameKind.DELTA, nodes=tuple(nodes), removed=tuple(removed), provider=provider
+        )
+
+
+class NodeChange(BaseModel):
+    """One committed change, as a store's change feed reports it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    op: Literal["upsert", "delete"]
+    path: str
+    version: int = 0
+    node: MeshNode | None = None
+
+
+class ChangeFeedGap(BaseModel):
+    """The change feed was lost and has resumed: changes in between may have been missed.
+
+    Declared only after the listener is back (re-LISTENed), never for the first LISTEN. It is
+    evidence that the store answers again.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    lost_at: datetime
+    resumed_at: datetime
+    reason: str
+
+
+class CommitAnnounced(BaseModel):
+    """The store announced a commit (a NOTIFY arrived): evidence that it answers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    path: str
+    version: int = 0
+
+
+StoreEvidence = ChangeFeedGap | CommitAnnounced
+"""A piece of evidence that the store answers again."""
+
+
+class WindowCommitted(BaseModel):
+    """One window of a bulk write committed (its own transaction) in one partition."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    partition: str
+    index: int
+    paths: tuple[str, ...]
