@@ -231,11 +231,8 @@ async def _phases(
     if sabotage == "lost-intent":
         path, item, node_type = outage[-1]
         tl.event("SABOTAGE", f"recording turned off for {path}: its intent is lost")
-        mesh.record_pending_writes = False
-        try:
+        with mesh.pending_writes_unrecorded():
             await drill.create(path, item, "outage", node_type=node_type)
-        finally:
-            mesh.record_pending_writes = True
     files = journal_files(directory)
     tl.event("journal", f"{len(files)} intent(s) journaled in {directory}", files=len(files))
     await wait(

@@ -1,14 +1,12 @@
-"""Answer exactly once: the attempt protocol, and the ONE terminal arm every node operation
-ends in.
+"""Answer exactly once: the one shape of an attempt, and what drives it to its one answer.
 
 An attempt is built fresh per subscription (its own facts: what it healed, which writes failed,
-whether a multi-window write had started) and is ``(run, on_fault, backstop)``:
+whether a multi-window write had started) and is :class:`Attempt`: the job that does the work,
+the request, and those facts. Every verb's attempt has this shape; its three steps are the job's:
 
 - ``run`` does the work and returns the success answer;
-- ``on_fault`` hands the fault and the attempt's facts to :class:`TerminalArm`, which classifies
-  (:func:`rxmesh.mesh._arms.judge`: the log line), words the answer, records the intent when the
-  store was away, builds the response with :meth:`~rxmesh.operations.NodeResponse.fail` and
-  settles an outstanding intent the answer keeps — in one pass, in one place;
+- ``on_fault`` hands the fault to the terminal arm (:class:`~rxmesh.mesh._arms.TerminalArm`),
+  which classifies and answers;
 - ``backstop`` answers a run that completed without an answer (a defect, never silence).
 
 :func:`answer_once` drives an attempt for an observable caller, :func:`answer_now` for an
@@ -18,200 +16,59 @@ in-process ``await``.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from loguru import logger
 from reactivex import Observable, abc
 
 from rxmesh._util.one_shot import OneShot as _OneShot
 from rxmesh._util.one_shot import Subscribed as _Subscribed
-from rxmesh.faults import describe_may_have_partially_landed, is_write_outcome_unknown
 from rxmesh.instrumentation import _seam as _instrumentation
-from rxmesh.mesh._arms import Judgement, judge
-from rxmesh.mesh._core import MeshCore
-from rxmesh.operations import NodeResponse, RejectionReason
+from rxmesh.operations import NodeResponse
 
-__all__ = [
-    "Attempt",
-    "AttemptFacts",
-    "AttemptSteps",
-    "TerminalArm",
-    "answer_now",
-    "answer_once",
-    "immediate",
-]
+__all__ = ["Attempt", "Work", "answer_now", "answer_once", "immediate"]
 
 R = TypeVar("R", bound=NodeResponse)
+R_co = TypeVar("R_co", bound=NodeResponse, covariant=True)
 
 
-Recording = Callable[[], Awaitable[tuple[str, dict[str, Any]]]]
-"""Records an unreachable attempt's intent(s); returns the answer's note and response fields."""
+class Work(Protocol[R_co]):
+    """What does an attempt's three steps (a :class:`~rxmesh.mesh._job.Job`)."""
+
+    def run(self, request: Any, facts: Any) -> Awaitable[R_co]: ...
+
+    def fault(self, request: Any, facts: Any, exc: BaseException) -> Awaitable[R_co]: ...
+
+    def backstop(self, facts: Any) -> R_co: ...
 
 
-@dataclass
-class AttemptFacts:
-    """What one attempt learned on its way, for the terminal arm.
+class Attempt(Generic[R]):
+    """One attempt of a node operation: its job, its request and its own facts.
 
-    ``heals``: the system records it wrote (an UNAVAILABLE answer names them instead of "Nothing
-    was written"). ``write_outcome_unknown``: one of its single writes failed in a way that may
-    have committed (:meth:`write_failed`). ``write_started``: a multi-window write had begun, so
-    windows may have committed.
-    """
+    An operation waiting in an outage holds its attempt for as long as it waits, and the cyclic
+    GC walks everything it holds in each full pass: so an attempt is three references, and each
+    step hands the job's coroutine on rather than wrapping it in a frame of its own."""
 
-    operation: str
-    doing: str
-    path: str
-    request_id: str
-    heals: list[str] = field(default_factory=list)
-    write_outcome_unknown: bool = False
-    write_started: bool = False
+    __slots__ = ("facts", "job", "request")
 
-    def write_failed(self, failure: BaseException) -> None:
-        """A single write of this attempt failed with ``failure``: judged now, not kept. (Kept,
-        the exception would hold its traceback, whose frames hold these facts: a reference
-        cycle per failed write, garbage only the cyclic GC frees — every UNAVAILABLE answer.)"""
-        if not self.write_outcome_unknown and is_write_outcome_unknown(failure):
-            self.write_outcome_unknown = True
+    def __init__(self, job: Work[R], request: Any, facts: Any) -> None:
+        self.job = job
+        self.request = request
+        self.facts = facts
 
-    @property
-    def may_have_landed(self) -> bool:
-        """Whether a write of this attempt may be durable although no answer said so."""
-        return self.write_started or self.write_outcome_unknown
+    def run(self) -> Awaitable[R]:
+        """The work, to its success answer."""
+        return self.job.run(self.request, self.facts)
 
-
-def _may_have_landed(operation: str) -> str:
-    """The answer text for ONE write whose statement may have reached the store before it went
-    away. One write is all of it or nothing, never "a subset" (the bulk's wording)."""
-    return (
-        f"{operation} failed after its write was sent: the data store became unreachable "
-        "before it answered. The write may already be durable. Read the current state before "
-        "retrying; re-issuing the same request (with the same node id) is safe only if it is "
-        "not there."
-    )
-
-
-class TerminalArm:
-    """Classify and ANSWER, never retry: the one place a failed attempt becomes its answer."""
-
-    def __init__(self, core: MeshCore) -> None:
-        self._core = core
-
-    def judge(self, exc: BaseException, facts: AttemptFacts) -> Judgement:
-        """Classify ``exc`` for ``facts``' operation and log the one line it deserves."""
-        return judge(
-            exc,
-            operation=facts.operation,
-            doing=facts.doing,
-            path=facts.path,
-            store=self._core.store.name,
-            written=facts.heals,
-        )
-
-    async def answer(
-        self,
-        kind: type[R],
-        exc: BaseException,
-        facts: AttemptFacts,
-        *,
-        record: Recording | None = None,
-        settle: Callable[[R], None] | None = None,
-        **fields: Any,
-    ) -> R:
-        """The failure answer of ``kind`` for ``exc``.
-
-        When the store was away: the may-have-landed text (and ``outcome_unknown``, where the
-        response has it) if a write may have committed; then ``record`` journals the intent and
-        its note joins the text. A judged refusal keeps an outstanding intent's promise
-        (``settle``).
-        """
-        verdict = self.judge(exc, facts)
-        error = verdict.error
-        if verdict.unreachable and facts.may_have_landed:
-            describe = (
-                describe_may_have_partially_landed
-                if facts.write_started  # windows: some may have committed, some not
-                else _may_have_landed  # one write: all of it or nothing
-            )
-            error = verdict.annotate(describe(facts.operation))
-            if "outcome_unknown" in kind.model_fields:
-                fields["outcome_unknown"] = True
-        if verdict.unreachable and record is not None:
-            note, recorded = await record()  # durable before the answer leaves
-            error += note
-            fields.update(recorded)
-        response = kind.fail(facts.request_id, verdict.reason, error, **fields)
-        if _instrumentation.enabled:  # the arm alone knows the stall adjacency
-            _instrumentation.current().answered(verdict.reason.value, stall=verdict.diagnosis)
-        if verdict.judged and settle is not None:
-            settle(response)
-        return response
-
-    def backstop(self, kind: type[R], facts: AttemptFacts) -> R:
-        """The answer of a run that completed without one: a defect, answered UNKNOWN."""
-        return kind.fail(
-            facts.request_id,
-            RejectionReason.UNKNOWN,
-            f"{facts.operation} completed without an answer",
-        )
-
-
-class AttemptSteps(Generic[R]):
-    """One attempt of a node operation as one object: its facts, and its three steps as methods
-    (:meth:`run`, :meth:`on_fault`, :meth:`backstop`). An operation waiting in an outage holds
-    its attempt for as long as it waits, and the cyclic GC walks everything it holds in each
-    full pass: as closures, the same steps were four or five functions, their closure tuples
-    and their cells.
-
-    A subclass defines :meth:`run`, :meth:`_record` (the intent an unreachable answer records)
-    and :meth:`_settle` (what an answer settles)."""
-
-    __slots__ = ("_arm", "_facts", "_kind")
-
-    def __init__(self, kind: type[R], arm: TerminalArm, facts: AttemptFacts) -> None:
-        self._kind = kind
-        self._arm = arm
-        self._facts = facts
-
-    async def run(self) -> R:
-        raise NotImplementedError
-
-    async def on_fault(self, exc: BaseException) -> R:
-        return await self._arm.answer(
-            self._kind, exc, self._facts, record=self._record, settle=self._settle
-        )
+    def on_fault(self, exc: BaseException) -> Awaitable[R]:
+        """The answer to a fault of the work: the terminal arm's."""
+        return self.job.fault(self.request, self.facts, exc)
 
     def backstop(self) -> R:
-        return self._arm.backstop(self._kind, self._facts)
-
-    async def _record(self) -> tuple[str, dict[str, Any]]:
-        raise NotImplementedError
-
-    def _settle(self, response: R) -> None:
-        raise NotImplementedError
-
-
-Attempt = (
-    tuple[Callable[[], Awaitable[R]], Callable[[BaseException], Awaitable[R]], Callable[[], R]]
-    | AttemptSteps[R]
-)
-"""One subscription's work, built fresh per subscription: an :class:`AttemptSteps`, or the
-three steps ``(run, on_fault, backstop)`` as callables."""
-
-
-class _Steps(Generic[R]):
-    """The three callables of a tuple attempt, under the names :class:`AttemptSteps` has."""
-
-    __slots__ = ("backstop", "on_fault", "run")
-
-    def __init__(
-        self,
-        run: Callable[[], Awaitable[R]],
-        on_fault: Callable[[BaseException], Awaitable[R]],
-        backstop: Callable[[], R],
-    ) -> None:
-        self.run, self.on_fault, self.backstop = run, on_fault, backstop
+        """The answer of a run that completed without one."""
+        return self.job.backstop(self.facts)
 
 
 def _outcome(response: NodeResponse) -> str | None:
@@ -268,10 +125,9 @@ async def answer_now(
     from inside the work is answered; the caller's own cancellation (or a disposal) propagates,
     as nobody is left to answer. A terminal arm that itself fails (a defect) still answers, with
     the backstop's UNKNOWN, and the defect is logged at ERROR."""
-    made = attempt()
     # The steps are called through the attempt, not held as bound methods while they run: three
     # objects fewer for each operation waiting.
-    steps = made if isinstance(made, AttemptSteps) else _Steps(*made)
+    steps = attempt()
     with _instrumentation.operation(verb, request_id=request_id, reissue=reissue) as op:
         fault: BaseException | None = None
         try:
@@ -301,13 +157,26 @@ async def answer_now(
         return response
 
 
+class _Known(Generic[R]):
+    """The work of an answer known before any store call: it is the answer, whatever happens."""
+
+    __slots__ = ("response",)
+
+    def __init__(self, response: R) -> None:
+        self.response = response
+
+    async def run(self, request: Any, facts: Any) -> R:
+        return self.response
+
+    async def fault(self, request: Any, facts: Any, exc: BaseException) -> R:
+        return self.response
+
+    def backstop(self, facts: Any) -> R:
+        return self.response
+
+
 def immediate(response: R, verb: str) -> Observable[R]:
     """An answer known before any store call (a refused request), with the same protocol."""
-
-    async def run() -> R:
-        return response
-
-    async def fault(exc: BaseException) -> R:
-        return response
-
-    return answer_once(lambda: (run, fault, lambda: response), verb, response.request_id)
+    return answer_once(
+        functools.partial(Attempt, _Known(response), None, None), verb, response.request_id
+    )

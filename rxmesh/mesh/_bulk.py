@@ -1,4 +1,4 @@
-"""The bulk create, in its phases (SPEC §3).
+"""The bulk create, in its phases.
 
 0. Store-free: a path twice, or an entry that fails a string, path or content check, refuses
    the batch naming the first offender (the first entry, in entry order, failing any of them).
@@ -10,15 +10,16 @@
 4. The write in windows, each its own transaction; rows skipped by ON CONFLICT are read back
    (ours: an ambiguous commit; else already present).
 
-A fault once a write had started is answered after ONE probe of what landed (never retried): a
-partial landing is reported as such before the store-unreachable branch; the nodes not created
-are recorded for one re-issue when the store was away.
+A fault once a write had started is answered after one probe of what landed (never retried,
+:meth:`Bulk.landing`); the terminal arm answers a partial landing as such before the
+store-unreachable branch, and records the nodes not created for one re-issue when the store was
+away (:meth:`Bulk.record`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -26,13 +27,8 @@ from loguru import logger
 from reactivex import Observable
 
 from rxmesh.exceptions import InvalidPathError, NodeValidationError
-from rxmesh.faults import (
-    describe_may_have_partially_landed,
-    is_store_unreachable,
-    is_write_outcome_unknown,
-)
-from rxmesh.mesh._answer import Attempt, AttemptFacts
-from rxmesh.mesh._arms import annotate, unreachable_note
+from rxmesh.faults import is_write_outcome_unknown
+from rxmesh.mesh._arms import AttemptFacts, Landing
 from rxmesh.mesh._core import now, stamp
 from rxmesh.mesh._job import Job
 from rxmesh.mesh._requests import (
@@ -41,11 +37,11 @@ from rxmesh.mesh._requests import (
     parse_failure,
     request_id_of,
     request_string_checks,
+    stepwise,
     string_checks,
 )
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import CreateNodesRequest, CreateNodesResponse, RejectionReason
-from rxmesh.providers._store import call
 
 __all__ = ["Bulk", "operation_of"]
 
@@ -59,9 +55,9 @@ def operation_of(req: CreateNodesRequest) -> str:
 
 @dataclass
 class _BulkState(AttemptFacts):
-    """One subscription's bulk attempt. ``landed`` is what THIS attempt wrote (SPEC §3 counts
-    only paths absent in phase 1); ``earlier`` the rows an earlier attempt of the same request
-    wrote (found in phase 1): answered as created, never as a partial landing of this attempt."""
+    """One subscription's bulk attempt. ``landed`` is what this attempt wrote (only paths absent
+    in phase 1 count); ``earlier`` the rows an earlier attempt of the same request wrote (found
+    in phase 1): answered as created, never as a partial landing of this attempt."""
 
     attempted: list[MeshNode] = field(default_factory=list)
     landed: dict[str, MeshNode] = field(default_factory=dict)
@@ -69,8 +65,24 @@ class _BulkState(AttemptFacts):
     already_present: list[str] = field(default_factory=list)
 
 
-class Bulk(Job):
+class Bulk(Job[CreateNodesRequest, _BulkState, CreateNodesResponse]):
     """One mesh's bulk create."""
+
+    kind = CreateNodesResponse
+
+    def facts(self, req: CreateNodesRequest) -> _BulkState:
+        return _BulkState(operation_of(req), "bulk-creating", req.nodes[0].path, req.request_id)
+
+    async def run(self, req: CreateNodesRequest, state: _BulkState) -> CreateNodesResponse:
+        """Phase 0 first for a large bulk (its refusal is the answer), then the phases. A
+        smaller bulk was checked before its attempt (:meth:`checks`, in one go)."""
+        if len(req.nodes) > CHECK_STEP:
+            # A step at a time: the same refusals, the same answer, and the loop is never held
+            # for the checks of 10,000 nodes.
+            refused = await stepwise(self.checks(req))
+            if refused is not None:
+                return refused
+        return await self._bulk(req, state)
 
     def checks(self, req: CreateNodesRequest) -> Generator[None, None, CreateNodesResponse | None]:
         """Phase 0: the batch's refusal naming its first offender, or ``None``; a stepwise
@@ -160,34 +172,6 @@ class Bulk(Job):
                 return refusal
         return None
 
-    def attempt(
-        self,
-        req: CreateNodesRequest,
-        checks: Callable[[], Awaitable[CreateNodesResponse | None]] | None = None,
-    ) -> Attempt[CreateNodesResponse]:
-        """A fresh attempt of ``req`` (its own phases' state), for one subscription; ``checks``:
-        phase 0 still to run first (a large bulk's), its refusal the answer."""
-        state = _BulkState(operation_of(req), "bulk-creating", req.nodes[0].path, req.request_id)
-
-        async def run() -> CreateNodesResponse:
-            if checks is not None and (refused := await checks()) is not None:
-                return refused
-            try:
-                return await self._bulk(req, state)
-            except asyncio.CancelledError as cancelled:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise  # the subscriber left: nobody to answer
-                # The very exception, chain and all: a cancellation carrying a timeout is a fault.
-                return await self._fault(req, state, cancelled)
-            except Exception as exc:  # noqa: BLE001 - classified and answered, never dropped
-                return await self._fault(req, state, exc)
-
-        async def on_fault(exc: BaseException) -> CreateNodesResponse:
-            return await self._answer(req, state, exc)
-
-        return run, on_fault, lambda: self._arm.backstop(CreateNodesResponse, state)
-
     async def _bulk(self, req: CreateNodesRequest, state: _BulkState) -> CreateNodesResponse:
         core = self._core
         access = core.requester(req.access, req.nodes[0])
@@ -226,7 +210,7 @@ class Bulk(Job):
         if stamped:
             state.write_started = True
             await _drain(
-                core.retried(core.store.write_many(stamped, req.window)),
+                core.ask_stream("write_many", stamped, req.window),
                 lambda window: state.landed.update({p: by_path[p] for p in window.paths}),
             )
         unsettled = [p for p in by_path if p not in state.landed]
@@ -254,16 +238,17 @@ class Bulk(Job):
         self._pending.settle_bulk_by_answer(req, response)
         return response
 
-    async def _fault(
+    async def landing(
         self, req: CreateNodesRequest, state: _BulkState, exc: BaseException
-    ) -> CreateNodesResponse:
-        """Once a write had started, probe (once, no retry) which attempted paths are present."""
+    ) -> Landing:
+        """What this attempt's writes did: once a write had started, which attempted paths are
+        present (one probe, no retry: the terminal arm never retries; a failing probe finds
+        nothing); then the answer's lists, and how many of this attempt's own writes landed."""
         if state.write_started:
             unsettled = [n.path for n in state.attempted if n.path not in state.landed]
             if unsettled:
                 try:
-                    # No retry here: a terminal arm never retries; a failing probe finds nothing.
-                    found = await call(self._core.store, "read_many", unsettled)
+                    found: dict[str, MeshNode] = await self._core.ask_once("read_many", unsettled)
                 except Exception as probe_error:  # noqa: BLE001 - reported, counts as none found
                     logger.bind(event="probe_failed").warning(
                         "landed-probe after a failed bulk write failed ({}): counting none found",
@@ -279,69 +264,39 @@ class Bulk(Job):
                     row = found.get(path)
                     if row is not None and row.request_id == req.request_id:
                         mine[path] = row
-        return await self._answer(req, state, exc)
-
-    async def _answer(
-        self, req: CreateNodesRequest, state: _BulkState, exc: BaseException
-    ) -> CreateNodesResponse:
-        landed = tuple(n for n in req.nodes if n.path in state.landed)
-        mine = {**state.earlier, **state.landed}  # this request's rows, earlier attempts included
+        landed = sum(1 for n in req.nodes if n.path in state.landed)
+        ours = {**state.earlier, **state.landed}  # this request's rows, earlier attempts included
+        not_created = _not_created(req, state)
         fields: dict[str, Any] = {
-            "created": tuple(mine[n.path] for n in req.nodes if n.path in mine),
+            "created": tuple(ours[n.path] for n in req.nodes if n.path in ours),
             "already_present": tuple(state.already_present),
-            "not_created": tuple(
-                n for n in req.nodes if n.path not in mine and n.path not in state.already_present
-            ),
+            "not_created": not_created,
         }
+        return Landing(fields, landed, len(not_created))
 
-        async def record() -> tuple[str, dict[str, Any]]:
-            if req.reissued_after_unavailable or not fields["not_created"]:
-                return "", {}
-            recorded, not_recorded, note = await self._pending.record_bulk(
-                req, fields["not_created"]
-            )
-            return note, {"recorded_for_reissue": recorded, "not_recorded": not_recorded}
+    async def record(
+        self, req: CreateNodesRequest, state: _BulkState
+    ) -> tuple[str, dict[str, Any]]:
+        not_created = _not_created(req, state)
+        if req.reissued_after_unavailable or not not_created:
+            return "", {}
+        recorded, not_recorded, note = await self._pending.record_bulk(req, not_created)
+        return note, {"recorded_for_reissue": recorded, "not_recorded": not_recorded}
 
-        if not landed:
-            return await self._arm.answer(
-                CreateNodesResponse,
-                exc,
-                state,
-                record=record,
-                settle=lambda response: self._pending.settle_bulk_by_answer(req, response),
-                **fields,
-            )
-        # A partial landing is reported as such, whatever the fault: UNKNOWN, with what landed.
-        unreachable = is_store_unreachable(exc)
-        note, recorded = await record() if unreachable else ("", {})
-        not_created = len(fields["not_created"])
-        logger.bind(
-            event="partial_landing",
-            store=self._core.store.name,
-            created=len(landed),
-            not_created=not_created,
-            error_type=type(exc).__name__,
-        ).error(
-            "{} PARTIALLY LANDED: {} created, {} not created, after {}: {}",
-            state.operation,
-            len(landed),
-            not_created,
-            type(exc).__name__,
-            exc,
-        )
-        text = (
-            f"{state.operation} partially landed: {len(landed)} created, {not_created} "
-            f"not created ({type(exc).__name__}: {exc}). "
-            + describe_may_have_partially_landed(state.operation)
-        )
-        diagnosis = unreachable_note()[0] if unreachable else ""
-        return CreateNodesResponse.fail(
-            req.request_id,
-            RejectionReason.UNKNOWN,
-            annotate(text, diagnosis) + note,
-            **fields,
-            **recorded,
-        )
+    def settle(self, req: CreateNodesRequest, response: CreateNodesResponse) -> None:
+        self._pending.settle_bulk_by_answer(req, response)
+
+
+def _not_created(req: CreateNodesRequest, state: _BulkState) -> tuple[MeshNode, ...]:
+    """The entries neither this request's rows (this attempt's or an earlier one's) nor already
+    present."""
+    return tuple(
+        n
+        for n in req.nodes
+        if n.path not in state.landed
+        and n.path not in state.earlier
+        and n.path not in state.already_present
+    )
 
 
 def _refused(req: CreateNodesRequest, exc: ValueError) -> CreateNodesResponse:

@@ -2,8 +2,16 @@
 rules, the ledger, and the checks that need no store.
 
 :class:`MeshCore` is built once by :class:`~rxmesh.mesh.Mesh` and handed to each job (the create,
-the bulk, the verbs, the partitions' bootstrap, the pending writes and the terminal arm); none of
-them reaches the store but through :meth:`MeshCore.ask`, the only place the mesh retries.
+the bulk, the verbs, the partitions' bootstrap, the pending writes and the terminal arm). Its
+three methods named ``ask`` are the one door to the store's verbs: :meth:`MeshCore.ask` (one
+call through the retry ladder, the only place the mesh retries), :meth:`MeshCore.ask_stream`
+(a streamed call, the bulk's windows, through the same ladder) and :meth:`MeshCore.ask_once`
+(one call and no retry: what a fault path asks before the terminal arm answers).
+``tests/mesh/test_store_door.py`` holds every module of the mesh to it.
+
+The mesh's two subscriptions are not verbs and keep their own drivers: a live query goes through
+:func:`~rxmesh.operators.fan_in` (the ladder before its Initial), and the partition facts' cache
+watches the change feed.
 """
 
 from __future__ import annotations
@@ -49,6 +57,17 @@ class NodeTypeValidator(Protocol):
     def validate(self, node: MeshNode) -> None:
         """Validate ``node`` or raise."""
         ...
+
+
+async def _noting(
+    failed: Callable[[BaseException], object], store: Store, operation: str, args: tuple[Any, ...]
+) -> Any:
+    """:func:`~rxmesh.providers.call`, telling ``failed`` of its error before it propagates."""
+    try:
+        return await call(store, operation, *args)
+    except Exception as failure:
+        failed(failure)
+        raise
 
 
 def now() -> datetime:
@@ -100,22 +119,38 @@ class MeshCore:
         self._retry = retry_transient_connect(tuple(retry_delays), scheduler=scheduler)
         self.created: Subject[MeshNode] = Subject()
 
-    def ask(self, operation: str, *args: Any) -> Coroutine[Any, Any, Any]:
+    def ask(
+        self,
+        operation: str,
+        *args: Any,
+        failed: Callable[[BaseException], object] | None = None,
+    ) -> Coroutine[Any, Any, Any]:
         """One store call (``"read"``, ``"write"``, ...) through the retry ladder: the only place
         the mesh retries. Awaits the store's coroutine twin when it has one (no observable
         machinery on the way), else its observable method (:func:`rxmesh.providers.call`).
+        ``failed(error)`` is told of each try that fails, retried or not (a create asks whether
+        a failed write may have landed).
 
         Returns the ladder's coroutine itself (to be awaited), and passes a partial, not a
         lambda: for as long as the call waits in the ladder, one coroutine frame and a
         function, its closure and three cells fewer."""
-        return self.ladder.call(
-            functools.partial(call, self.store, operation, *args), scheduler=self.scheduler
-        )
+        if failed is None:
+            attempt = functools.partial(call, self.store, operation, *args)
+        else:
+            attempt = functools.partial(_noting, failed, self.store, operation, args)
+        return self.ladder.call(attempt, scheduler=self.scheduler)
 
-    def retried(self, source: Observable[Any]) -> Observable[Any]:
-        """``source`` through the same ladder (its stream driver), for a store call that streams
-        (``write_many``)."""
+    def ask_stream(self, operation: str, *args: Any) -> Observable[Any]:
+        """A store call that streams (``"write_many"``: a window at a time), through the same
+        ladder's stream driver: retried only before its first item, as a window that committed
+        is never written again."""
+        source: Observable[Any] = getattr(self.store, operation)(*args)
         return source.pipe(self._retry)
+
+    def ask_once(self, operation: str, *args: Any) -> Coroutine[Any, Any, Any]:
+        """One store call and no retry: what a fault path asks before the terminal arm answers
+        (which never retries); its error propagates to the caller."""
+        return call(self.store, operation, *args)
 
     def requester(self, access: AccessContext | None, node: MeshNode | None) -> AccessContext:
         """Who asks: the access, else the node's ``created_by``; nobody is refused FORBIDDEN."""

@@ -5,15 +5,15 @@
 2. In a partition whose complete facts are kept (the change feed watches them), no read at all:
    the policy and the content rules decide on the kept facts, and the INSERT's conflict is the
    existence check (a refusal first reads the path, as "already exists" outranks it).
-   Otherwise ONE read: the existence check and the partition's facts together (one round trip, one
+   Otherwise one read: the existence check and the partition's facts together (one round trip, one
    snapshot). A row of this very request is an ambiguous commit that landed: answered created.
    Any other row: NODE_ALREADY_EXISTS, which outranks every later refusal.
 3. The content rules (no store), then the partition's bootstrap: a permission refusal outranks a
    content refusal, and bad content heals nothing.
 4. The write, through the ladder; each failed write is kept for the arm (may it have landed?).
 
-A fault anywhere goes to the terminal arm (:class:`~rxmesh.mesh._answer.TerminalArm`), which
-records the intent when the store was away.
+A fault anywhere goes to the terminal arm (:class:`~rxmesh.mesh._arms.TerminalArm`), which
+records the intent when the store was away (:meth:`Create.record`).
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ from rxmesh.exceptions import (
     StoreConflictError,
 )
 from rxmesh.mesh._access import PartitionFacts
-from rxmesh.mesh._answer import Attempt, AttemptFacts, AttemptSteps
+from rxmesh.mesh._arms import AttemptFacts
 from rxmesh.mesh._core import now, stamp
 from rxmesh.mesh._job import Job
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import CreateNodeRequest, CreateNodeResponse
-from rxmesh.providers._store import call
 
 __all__ = ["Create", "operation_of"]
 
@@ -40,12 +39,32 @@ def operation_of(req: CreateNodeRequest) -> str:
     return f"Node creation at '{req.node.path}'"
 
 
-class Create(Job):
+class Create(Job[CreateNodeRequest, AttemptFacts, CreateNodeResponse]):
     """One mesh's single create."""
 
-    def attempt(self, req: CreateNodeRequest) -> Attempt[CreateNodeResponse]:
-        """A fresh attempt of ``req`` (its own facts), for one subscription or one await."""
-        return _CreateAttempt(self, req)
+    kind = CreateNodeResponse
+
+    def facts(self, req: CreateNodeRequest) -> AttemptFacts:
+        return AttemptFacts(operation_of(req), "creating", req.node.path, req.request_id)
+
+    async def run(self, req: CreateNodeRequest, facts: AttemptFacts) -> CreateNodeResponse:
+        node = await self._create(req, facts)
+        self._core.created.on_next(node)
+        response = CreateNodeResponse.created(req.request_id, node)
+        self._pending.settle_by_answer(req, req.node, response)
+        return response
+
+    async def record(
+        self, req: CreateNodeRequest, facts: AttemptFacts
+    ) -> tuple[str, dict[str, object]]:
+        if req.reissued_after_unavailable:  # a re-issue is never recorded again
+            return "", {}
+        access = self._core.requester_or_none(req.access, req.node)
+        outcome = await self._pending.record(req.node, access, req.request_id, "create")
+        return outcome.note, {"recorded_for_reissue": outcome.recorded}
+
+    def settle(self, req: CreateNodeRequest, response: CreateNodeResponse) -> None:
+        self._pending.settle_by_answer(req, req.node, response)
 
     async def _create(self, req: CreateNodeRequest, facts: AttemptFacts) -> MeshNode:
         core, node = self._core, req.node
@@ -100,21 +119,13 @@ class Create(Job):
     async def _write(
         self, req: CreateNodeRequest, access: AccessContext, facts: AttemptFacts
     ) -> MeshNode:
-        """The INSERT, through the ladder; a row already there is read to tell whose it is."""
+        """The INSERT, through the ladder; a row already there is read to tell whose it is. Each
+        failed try is told to the facts: may this write have landed?"""
         core, node = self._core, req.node
         stamped = stamp(node, access.user, now(), req.request_id)
-        store = core.store
-
-        async def write() -> MeshNode:
-            try:
-                written: MeshNode = await call(store, "write", stamped)
-            except Exception as failure:
-                facts.write_failed(failure)  # for the arm: may this write have landed?
-                raise
-            return written
-
         try:
-            return await core.ladder.call(write, scheduler=core.scheduler)
+            written: MeshNode = await core.ask("write", stamped, failed=facts.write_failed)
+            return written
         except StoreConflictError as exc:
             existing: MeshNode | None = await core.ask("read", node.path)
             if existing is not None and existing.request_id == req.request_id:
@@ -130,34 +141,3 @@ def _exists(req: CreateNodeRequest, existing: MeshNode) -> MeshNode:
     if existing.request_id == req.request_id:
         return existing
     raise NodeExistsError(f"a node already exists at '{req.node.path}'", path=req.node.path)
-
-
-class _CreateAttempt(AttemptSteps[CreateNodeResponse]):
-    """One attempt of a create (:class:`~rxmesh.mesh._answer.AttemptSteps`)."""
-
-    __slots__ = ("_job", "_req")
-
-    def __init__(self, job: Create, req: CreateNodeRequest) -> None:
-        facts = AttemptFacts(operation_of(req), "creating", req.node.path, req.request_id)
-        super().__init__(CreateNodeResponse, job._arm, facts)
-        self._job = job
-        self._req = req
-
-    async def run(self) -> CreateNodeResponse:
-        job, req = self._job, self._req
-        node = await job._create(req, self._facts)
-        job._core.created.on_next(node)
-        response = CreateNodeResponse.created(req.request_id, node)
-        job._pending.settle_by_answer(req, req.node, response)
-        return response
-
-    async def _record(self) -> tuple[str, dict[str, object]]:
-        req = self._req
-        if req.reissued_after_unavailable:  # a re-issue is never recorded again
-            return "", {}
-        access = self._job._core.requester_or_none(req.access, req.node)
-        outcome = await self._job._pending.record(req.node, access, req.request_id, "create")
-        return outcome.note, {"recorded_for_reissue": outcome.recorded}
-
-    def _settle(self, response: CreateNodeResponse) -> None:
-        self._job._pending.settle_by_answer(self._req, self._req.node, response)

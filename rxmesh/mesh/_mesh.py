@@ -3,14 +3,16 @@
 :class:`Mesh` is a facade: each public method parses its request and hands it to the module that
 does that job — :mod:`._create` (the single create), :mod:`._bulk` (the bulk create),
 :mod:`._verbs` (update, delete, move), over :mod:`._bootstrap` (a partition's facts and heal),
-:mod:`._pending` (recording and settling intents) and :mod:`._answer` (answer exactly once, and
-the one terminal arm). Everything they share is one :class:`~rxmesh.mesh._core.MeshCore`.
+:mod:`._pending` (recording and settling intents), :mod:`._answer` (one attempt shape, answered
+exactly once) and :mod:`._arms` (the one terminal arm). Everything they share is one
+:class:`~rxmesh.mesh._core.MeshCore`, whose ``ask`` methods are the one door to the store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -22,23 +24,18 @@ from rxmesh.cache import SyncedQueryCache, fold_query_frames
 from rxmesh.exceptions import MeshDisposedError
 from rxmesh.ledger import PendingWriteLedger, PendingWriteRecovery
 from rxmesh.mesh._access import AccessPolicy, GrantPolicy
-from rxmesh.mesh._answer import Attempt, TerminalArm, answer_now, answer_once, immediate
+from rxmesh.mesh._answer import answer_now, answer_once, immediate
+from rxmesh.mesh._arms import TerminalArm
 from rxmesh.mesh._bootstrap import Partitions
 from rxmesh.mesh._bulk import Bulk
 from rxmesh.mesh._core import MeshCore, NodeTypeValidator, Validator
 from rxmesh.mesh._create import Create
 from rxmesh.mesh._facts_cache import FactsCache
 from rxmesh.mesh._in_process import BulkInProcess, error_of, parsed, path_of, request_fields
+from rxmesh.mesh._job import Job
 from rxmesh.mesh._pending import PendingWrites
-from rxmesh.mesh._requests import (
-    CHECK_STEP,
-    in_one_go,
-    parse,
-    parse_failure,
-    request_id_of,
-    stepwise,
-)
-from rxmesh.mesh._verbs import Verbs
+from rxmesh.mesh._requests import CHECK_STEP, in_one_go, parse, parse_failure, request_id_of
+from rxmesh.mesh._verbs import Delete, Move, Update
 from rxmesh.mesh._watch import Watching
 from rxmesh.model import AccessContext, MeshNode, NodeQuery, QueryFrame
 from rxmesh.operations import (
@@ -125,7 +122,9 @@ class Mesh(Watching, BulkInProcess):
         pending, arm = PendingWrites(core), TerminalArm(core)
         self._create = Create(core, partitions, pending, arm)
         self._bulk = Bulk(core, partitions, pending, arm)
-        self._verbs = Verbs(core, partitions, pending, arm)
+        self._update = Update(core, partitions, pending, arm)
+        self._delete = Delete(core, partitions, pending, arm)
+        self._move = Move(core, partitions, pending, arm)
         self._initial_budget = initial_budget
         self.queries: SyncedQueryCache[NodeQuery, QueryFrame] = SyncedQueryCache(
             self.query, replay=fold_query_frames, scheduler=scheduler
@@ -164,12 +163,20 @@ class Mesh(Watching, BulkInProcess):
 
     @property
     def record_pending_writes(self) -> bool:
-        """Whether the unreachable arm records intents (settable: a drill turns it off)."""
+        """Whether the unreachable arm records intents (``Mesh(record_pending_writes=...)``)."""
         return self._core.record_pending_writes
 
-    @record_pending_writes.setter
-    def record_pending_writes(self, value: bool) -> None:
-        self._core.record_pending_writes = value
+    @contextlib.contextmanager
+    def pending_writes_unrecorded(self) -> Iterator[None]:
+        """Within the block, an unreachable answer records no intent (every operation of this
+        mesh, as with ``record_pending_writes=False``); the setting it had comes back after it.
+        For a drill that shows what a lost intent costs."""
+        recording = self._core.record_pending_writes
+        self._core.record_pending_writes = False
+        try:
+            yield
+        finally:
+            self._core.record_pending_writes = recording
 
     @property
     def created(self) -> Observable[MeshNode]:
@@ -301,19 +308,12 @@ class Mesh(Watching, BulkInProcess):
             req = parse(CreateNodesRequest, request, check=False)
         except (ValidationError, ValueError) as exc:
             return immediate(self._refused(CreateNodesResponse, request, exc), "create_nodes")
-        checks: Callable[[], Awaitable[CreateNodesResponse | None]] | None = None
-        if len(req.nodes) <= CHECK_STEP:
+        if len(req.nodes) <= CHECK_STEP:  # a larger bulk is checked in its attempt
             refusal = in_one_go(self._bulk.checks(req))
             if refusal is not None:
                 return immediate(refusal, "create_nodes")
-        else:
-            # A large bulk is checked in the attempt, a step at a time: the same refusals, the
-            # same answer, and the loop is never held for the checks of 10,000 nodes.
-            async def checks() -> CreateNodesResponse | None:
-                return await stepwise(self._bulk.checks(req))
-
         return answer_once(
-            lambda: self._bulk.attempt(req, checks),
+            functools.partial(Bulk.attempt, self._bulk, req),
             "create_nodes",
             req.request_id,
             reissue=req.reissued_after_unavailable,
@@ -324,7 +324,7 @@ class Mesh(Watching, BulkInProcess):
         verb: str,
         model: type[UpdateNodeRequest] | type[DeleteNodeRequest] | type[MoveNodeRequest],
         request: object,
-        attempt: Callable[[Any], Callable[[], Attempt[NodeOperationResponse]]],
+        job: Job[Any, Any, NodeOperationResponse],
     ) -> Observable[NodeOperationResponse]:
         self._check_open()
         try:
@@ -332,37 +332,40 @@ class Mesh(Watching, BulkInProcess):
         except (ValidationError, ValueError) as exc:
             return immediate(self._refused(NodeOperationResponse, request, exc), verb)
         return answer_once(
-            attempt(req), verb, req.request_id, reissue=req.reissued_after_unavailable
+            functools.partial(job.attempt, req),
+            verb,
+            req.request_id,
+            reissue=req.reissued_after_unavailable,
         )
 
     def update_node(
         self, request: UpdateNodeRequest | Mapping[str, Any] | str | bytes
     ) -> Observable[NodeOperationResponse]:
         """Replace the type/content of an existing node; answers one response."""
-        return self._verb("update", UpdateNodeRequest, request, self._verbs.update)
+        return self._verb("update", UpdateNodeRequest, request, self._update)
 
     def delete_node(
         self, request: DeleteNodeRequest | Mapping[str, Any] | str | bytes
     ) -> Observable[NodeOperationResponse]:
         """Delete a node (not its children); answers one response."""
-        return self._verb("delete", DeleteNodeRequest, request, self._verbs.delete)
+        return self._verb("delete", DeleteNodeRequest, request, self._delete)
 
     def move_node(
         self, request: MoveNodeRequest | Mapping[str, Any] | str | bytes
     ) -> Observable[NodeOperationResponse]:
         """Move a node to a free path; answers one response."""
-        return self._verb("move", MoveNodeRequest, request, self._verbs.move)
+        return self._verb("move", MoveNodeRequest, request, self._move)
 
     async def _in_process(
         self,
         verb: str,
         model: type[UpdateNodeRequest] | type[DeleteNodeRequest] | type[MoveNodeRequest],
-        attempt: Callable[[Any], Callable[[], Attempt[NodeOperationResponse]]],
+        job: Job[Any, Any, NodeOperationResponse],
         request_id: str | None,
         **fields: Any,
     ) -> MeshNode | None:
         given = request_fields(fields, request_id)
-        response = await first_value(self._verb(verb, model, given, attempt))
+        response = await first_value(self._verb(verb, model, given, job))
         if response.success:
             return response.node
         shown = fields.get("node") or fields.get("path") or fields.get("source") or ""
@@ -387,7 +390,7 @@ class Mesh(Watching, BulkInProcess):
         result = await self._in_process(
             "update",
             UpdateNodeRequest,
-            self._verbs.update,
+            self._update,
             request_id,
             node=node,
             access=access,
@@ -409,7 +412,7 @@ class Mesh(Watching, BulkInProcess):
         await self._in_process(
             "delete",
             DeleteNodeRequest,
-            self._verbs.delete,
+            self._delete,
             request_id,
             path=path,
             access=access,
@@ -430,7 +433,7 @@ class Mesh(Watching, BulkInProcess):
         result = await self._in_process(
             "move",
             MoveNodeRequest,
-            self._verbs.move,
+            self._move,
             request_id,
             source=source,
             target=target,

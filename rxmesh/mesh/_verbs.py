@@ -18,8 +18,8 @@ between its read and its delete) is answered success with ``already_absent``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from rxmesh.exceptions import (
     NodeExistsError,
@@ -29,7 +29,7 @@ from rxmesh.exceptions import (
     StoreVersionConflictError,
 )
 from rxmesh.ledger import PendingWrite
-from rxmesh.mesh._answer import Attempt, AttemptFacts, AttemptSteps
+from rxmesh.mesh._arms import AttemptFacts
 from rxmesh.mesh._job import Job
 from rxmesh.mesh._pending import requester_of
 from rxmesh.model import MeshNode, partition_of, validate_path
@@ -40,9 +40,10 @@ from rxmesh.operations import (
     UpdateNodeRequest,
 )
 
-__all__ = ["Verbs"]
+__all__ = ["Delete", "Move", "Update"]
 
 _Request = UpdateNodeRequest | DeleteNodeRequest | MoveNodeRequest
+Q = TypeVar("Q", UpdateNodeRequest, DeleteNodeRequest, MoveNodeRequest)
 _Basis = tuple[int, str | None]
 
 
@@ -55,14 +56,6 @@ class VerbFacts(AttemptFacts):
     unread: str = "its read of the node"  # the read whose failure leaves the basis unknown
 
 
-_Run = Callable[[VerbFacts], Awaitable[MeshNode | None]]
-_VERB: dict[type[_Request], str] = {
-    UpdateNodeRequest: "update",
-    DeleteNodeRequest: "delete",
-    MoveNodeRequest: "move",
-}
-_DOING = {"update": "updating", "delete": "deleting", "move": "moving"}
-_Intent = Callable[[_Basis], PendingWrite]
 _FACTS_READ = "the read of the partition's access facts"
 
 
@@ -118,231 +111,232 @@ def landed_here(request_id: str, row: MeshNode, expected_version: int | None) ->
     return row.version > 1
 
 
-class Verbs(Job):
-    """One mesh's update, delete and move."""
+class _Verb(Job[Q, VerbFacts, NodeOperationResponse], Generic[Q]):
+    """What update, delete and move share: the answer, the intent an unreachable one records
+    (with its basis), and what the caller's own answered re-issue settles.
 
-    def _attempt(
-        self, req: _Request, operation: str, path: str, run: _Run, intent: _Intent
-    ) -> Callable[[], Attempt[NodeOperationResponse]]:
-        """Per subscription, fresh facts; ``run(facts)`` does the work, appending to
-        ``facts.heals`` the system records it wrote (so an UNAVAILABLE answer can name them) and
-        setting ``facts.basis`` once it knows it; ``intent(basis)`` is what an unreachable
-        answer records."""
-        return functools.partial(_VerbAttempt, self, req, operation, path, run, intent)
+    A subclass names its verb and defines :meth:`facts` and :meth:`work` (which appends to
+    ``facts.heals`` the system records it wrote, so an UNAVAILABLE answer can name them, and
+    sets ``facts.basis`` once it knows it), and :meth:`subject` (the intent's node and target).
+    """
 
-    def _intent(self, req: _Request, node: MeshNode, target: str | None = None) -> _Intent:
-        core = self._core
-        origin = _VERB[type(req)]
+    kind = NodeOperationResponse
+    verb: str
 
-        def build(basis: _Basis) -> PendingWrite:
-            access = core.requester_or_none(req.access, node)
-            requester = requester_of(access, node)
-            return PendingWrite.model_validate(
-                {
-                    "node": node,
-                    "requester": requester,
-                    "access": access,
-                    "request_id": req.request_id,
-                    "origin": origin,
-                    "expected_version": basis[0],
-                    "expected_request_id": basis[1],
-                    "target": target,
-                }
-            )
+    async def work(self, req: Q, facts: VerbFacts) -> MeshNode | None:
+        raise NotImplementedError
 
-        return build
+    def path(self, req: Q) -> str:
+        """The node the verb acts on (a move's source)."""
+        raise NotImplementedError
 
-    def update(self, req: UpdateNodeRequest) -> Callable[[], Attempt[NodeOperationResponse]]:
-        """Replace the type/content of an existing node, by compare-and-set."""
-        core, node = self._core, req.node
+    def subject(self, req: Q) -> tuple[MeshNode, str | None]:
+        """The intent's node (an update's own; a delete's or move's path alone) and target."""
+        raise NotImplementedError
 
-        async def run(facts: VerbFacts) -> MeshNode | None:
-            validate_path(node.path)  # reserved records are not updated, not even by the system
-            access = core.requester(req.access, node)
-            core.fail_fast(node, access)
-            missing = f"no node at '{node.path}' to update"
-            row: MeshNode | None = await core.ask("read", node.path)
-            if row is None:
-                if req.expected_version is not None:
-                    raise _conflict(node.path, _basis(req, node), None)
-                raise NodeValidationError(missing, path=node.path)
-            landed = landed_here(req.request_id, row, req.expected_version)
-            if not landed:  # read: the basis is known, whatever fails after this
-                facts.basis = _basis(req, row)
-            facts.unread = _FACTS_READ
-            await self._partitions.authorise(
-                node.partition, access, "update", creating=node.path, absent=missing
-            )
-            if landed:
-                return row  # this request's update did land (an earlier attempt)
-            basis = _basis(req, row)
-            _check(node.path, basis, row)
-            core.validate_content(node, access)
-            try:
-                updated: MeshNode | None = await core.ask(
-                    "update", node, basis[0], basis[1], req.request_id
-                )
-            except StoreVersionConflictError as exc:
-                raise _conflict(node.path, basis, exc.actual_version) from exc
-            if updated is None:
-                raise _conflict(node.path, basis, None)
-            return updated
-
-        return self._attempt(
-            req,
-            f"Node update at '{node.path}'",
-            node.path,
-            run,
-            self._intent(req, node),
-        )
-
-    def delete(self, req: DeleteNodeRequest) -> Callable[[], Attempt[NodeOperationResponse]]:
-        """Delete a node (not its children), by compare-and-set."""
-        core, path = self._core, req.path
-
-        async def run(facts: VerbFacts) -> MeshNode | None:
-            access = core.requester(req.access, None)
-            missing = f"no node at '{path}' to delete"
-            facts.unread = f"{_FACTS_READ}, before the node was read"
-            await self._partitions.authorise(
-                partition_of(path), access, "delete", creating=path, absent=missing
-            )
-            facts.unread = "its read of the node"
-            row: MeshNode | None = await core.ask("read", path)
-            if row is not None:
-                basis = facts.basis = _basis(req, row)
-                _check(path, basis, row)
-                try:
-                    deleted = await core.ask("delete", path, basis[0], basis[1])
-                except StoreVersionConflictError as exc:
-                    raise _conflict(path, basis, exc.actual_version) from exc
-                # Gone between its read and its delete: an earlier try of this very call whose
-                # reply was lost (the ladder's retry), or another delete; either way, absent.
-                facts.already_absent = not deleted
-                return None
-            if req.reissued_after_unavailable:
-                facts.already_absent = True  # the node is gone: what the delete asked for
-                return None
-            raise NodeValidationError(missing, path=path)
-
-        return self._attempt(
-            req,
-            f"Node deletion at '{path}'",
-            path,
-            run,
-            self._intent(req, MeshNode(path=path)),
-        )
-
-    def move(self, req: MoveNodeRequest) -> Callable[[], Attempt[NodeOperationResponse]]:
-        """Move a node to a free path, by compare-and-set on the source."""
-        core, source, target = self._core, req.source, req.target
-
-        async def run(facts: VerbFacts) -> MeshNode | None:
-            access = core.requester(req.access, None)
-            source_partition, target_partition = partition_of(source), partition_of(target)
-            missing = f"no node at '{source}' to move"
-            facts.unread = f"{_FACTS_READ}, before the node was read"
-            await self._partitions.authorise(
-                source_partition, access, "move", creating=target, absent=missing
-            )
-            facts.unread = "its read of the node"
-            row: MeshNode | None = await core.ask("read", source)
-            if row is None:
-                there: MeshNode | None = await core.ask("read", target)
-                if there is not None and landed_here(req.request_id, there, req.expected_version):
-                    return there  # this request's move did land (an earlier attempt)
-                if req.expected_version is None:
-                    raise NodeValidationError(missing, path=source)
-                raise _conflict(source, _basis(req, MeshNode(path=source)), None)
-            basis = facts.basis = _basis(req, row)
-            _check(source, basis, row)
-            if target_partition != source_partition:
-                partition = await self._partitions.authorise(
-                    target_partition, access, "move", creating=target
-                )
-                await self._partitions.heal(
-                    partition, access, "move", creating=target, heals=facts.heals
-                )
-            try:
-                moved: MeshNode | None = await core.ask(
-                    "move", source, target, basis[0], basis[1], req.request_id
-                )
-            except StoreVersionConflictError as exc:
-                raise _conflict(source, basis, exc.actual_version) from exc
-            except StoreConflictError as exc:
-                raise NodeExistsError(f"a node already exists at '{target}'", path=target) from exc
-            if moved is None:
-                raise _conflict(source, basis, None)
-            return moved
-
-        return self._attempt(
-            req,
-            f"Node move from '{source}' to '{target}'",
-            source,
-            run,
-            self._intent(req, MeshNode(path=source), target),
-        )
-
-
-class _VerbAttempt(AttemptSteps[NodeOperationResponse]):
-    """One attempt of an update, delete or move (:class:`~rxmesh.mesh._answer.AttemptSteps`)."""
-
-    __slots__ = ("_intent", "_job", "_key", "_path", "_req", "_run", "_verb")
-
-    _facts: VerbFacts
-
-    def __init__(
-        self, job: Verbs, req: _Request, operation: str, path: str, run: _Run, intent: _Intent
-    ) -> None:
-        verb = _VERB[type(req)]
-        facts = VerbFacts(operation, _DOING[verb], path, req.request_id)
-        super().__init__(NodeOperationResponse, job._arm, facts)
-        self._job, self._req, self._path, self._run, self._intent = job, req, path, run, intent
-        self._verb = verb
-        self._key = f"{path} {verb}"  # the intent's ledger key (PendingWrite.key)
-
-    async def run(self) -> NodeOperationResponse:
-        facts = self._facts
-        node = await self._run(facts)
+    async def run(self, req: Q, facts: VerbFacts) -> NodeOperationResponse:
+        node = await self.work(req, facts)
         response = NodeOperationResponse(
-            request_id=self._req.request_id,
+            request_id=req.request_id,
             success=True,
             node=node,
             already_absent=facts.already_absent,
         )
-        self._settle(response)
+        self.settle(req, response)
         return response
 
-    async def _record(self) -> tuple[str, dict[str, object]]:
-        req = self._req
+    def _intent(self, req: Q, basis: _Basis) -> PendingWrite:
+        node, target = self.subject(req)
+        access = self._core.requester_or_none(req.access, node)
+        requester = requester_of(access, node)
+        return PendingWrite.model_validate(
+            {
+                "node": node,
+                "requester": requester,
+                "access": access,
+                "request_id": req.request_id,
+                "origin": self.verb,
+                "expected_version": basis[0],
+                "expected_request_id": basis[1],
+                "target": target,
+            }
+        )
+
+    async def record(self, req: Q, facts: VerbFacts) -> tuple[str, dict[str, object]]:
         if req.reissued_after_unavailable:  # a re-issue is never recorded again
             return "", {}
-        basis = self._facts.basis
+        basis = facts.basis
         if basis is None and req.expected_version is not None and req.expected_request_id:
             basis = (req.expected_version, req.expected_request_id)
         if basis is None and req.expected_version is not None:
             return (
                 " It will not be re-issued by rxmesh: the write that produced version "
                 f"{req.expected_version} is unknown (the store did not answer "
-                f"{self._facts.unread}); re-issue it yourself with expected_version once the "
+                f"{facts.unread}); re-issue it yourself with expected_version once the "
                 "store answers again.",
                 {},
             )
         if basis is None:
             return (
                 " It will not be re-issued by rxmesh: the version it was based on is "
-                f"unknown (the store did not answer {self._facts.unread}); re-issue it "
+                f"unknown (the store did not answer {facts.unread}); re-issue it "
                 "yourself with expected_version once the store answers again.",
                 {},
             )
-        recorded = await self._job._pending.record_intent(
-            functools.partial(self._intent, basis), self._path, self._verb
+        recorded = await self._pending.record_intent(
+            functools.partial(self._intent, req, basis), facts.path, self.verb
         )
         return recorded.note, {"recorded_for_reissue": recorded.recorded}
 
-    def _settle(self, response: NodeOperationResponse) -> None:
-        if self._req.reissued_after_unavailable:
+    def settle(self, req: Q, response: NodeOperationResponse) -> None:
+        if req.reissued_after_unavailable:
             return
-        req = self._req
         node = req.node if isinstance(req, UpdateNodeRequest) else None
-        self._job._pending.settle_key_by_answer(self._key, req, node, response)
+        key = f"{self.path(req)} {self.verb}"  # the intent's ledger key (PendingWrite.key)
+        self._pending.settle_key_by_answer(key, req, node, response)
+
+
+class Update(_Verb[UpdateNodeRequest]):
+    """Replace the type/content of an existing node, by compare-and-set."""
+
+    verb = "update"
+
+    def facts(self, req: UpdateNodeRequest) -> VerbFacts:
+        path = req.node.path
+        return VerbFacts(f"Node update at '{path}'", "updating", path, req.request_id)
+
+    def path(self, req: UpdateNodeRequest) -> str:
+        return req.node.path
+
+    def subject(self, req: UpdateNodeRequest) -> tuple[MeshNode, str | None]:
+        return req.node, None
+
+    async def work(self, req: UpdateNodeRequest, facts: VerbFacts) -> MeshNode | None:
+        core, node = self._core, req.node
+        validate_path(node.path)  # reserved records are not updated, not even by the system
+        access = core.requester(req.access, node)
+        core.fail_fast(node, access)
+        missing = f"no node at '{node.path}' to update"
+        row: MeshNode | None = await core.ask("read", node.path)
+        if row is None:
+            if req.expected_version is not None:
+                raise _conflict(node.path, _basis(req, node), None)
+            raise NodeValidationError(missing, path=node.path)
+        landed = landed_here(req.request_id, row, req.expected_version)
+        if not landed:  # read: the basis is known, whatever fails after this
+            facts.basis = _basis(req, row)
+        facts.unread = _FACTS_READ
+        await self._partitions.authorise(
+            node.partition, access, "update", creating=node.path, absent=missing
+        )
+        if landed:
+            return row  # this request's update did land (an earlier attempt)
+        basis = _basis(req, row)
+        _check(node.path, basis, row)
+        core.validate_content(node, access)
+        try:
+            updated: MeshNode | None = await core.ask(
+                "update", node, basis[0], basis[1], req.request_id
+            )
+        except StoreVersionConflictError as exc:
+            raise _conflict(node.path, basis, exc.actual_version) from exc
+        if updated is None:
+            raise _conflict(node.path, basis, None)
+        return updated
+
+
+class Delete(_Verb[DeleteNodeRequest]):
+    """Delete a node (not its children), by compare-and-set."""
+
+    verb = "delete"
+
+    def facts(self, req: DeleteNodeRequest) -> VerbFacts:
+        path = req.path
+        return VerbFacts(f"Node deletion at '{path}'", "deleting", path, req.request_id)
+
+    def path(self, req: DeleteNodeRequest) -> str:
+        return req.path
+
+    def subject(self, req: DeleteNodeRequest) -> tuple[MeshNode, str | None]:
+        return MeshNode(path=req.path), None
+
+    async def work(self, req: DeleteNodeRequest, facts: VerbFacts) -> MeshNode | None:
+        core, path = self._core, req.path
+        access = core.requester(req.access, None)
+        missing = f"no node at '{path}' to delete"
+        facts.unread = f"{_FACTS_READ}, before the node was read"
+        await self._partitions.authorise(
+            partition_of(path), access, "delete", creating=path, absent=missing
+        )
+        facts.unread = "its read of the node"
+        row: MeshNode | None = await core.ask("read", path)
+        if row is not None:
+            basis = facts.basis = _basis(req, row)
+            _check(path, basis, row)
+            try:
+                deleted = await core.ask("delete", path, basis[0], basis[1])
+            except StoreVersionConflictError as exc:
+                raise _conflict(path, basis, exc.actual_version) from exc
+            # Gone between its read and its delete: an earlier try of this very call whose
+            # reply was lost (the ladder's retry), or another delete; either way, absent.
+            facts.already_absent = not deleted
+            return None
+        if req.reissued_after_unavailable:
+            facts.already_absent = True  # the node is gone: what the delete asked for
+            return None
+        raise NodeValidationError(missing, path=path)
+
+
+class Move(_Verb[MoveNodeRequest]):
+    """Move a node to a free path, by compare-and-set on the source."""
+
+    verb = "move"
+
+    def facts(self, req: MoveNodeRequest) -> VerbFacts:
+        operation = f"Node move from '{req.source}' to '{req.target}'"
+        return VerbFacts(operation, "moving", req.source, req.request_id)
+
+    def path(self, req: MoveNodeRequest) -> str:
+        return req.source
+
+    def subject(self, req: MoveNodeRequest) -> tuple[MeshNode, str | None]:
+        return MeshNode(path=req.source), req.target
+
+    async def work(self, req: MoveNodeRequest, facts: VerbFacts) -> MeshNode | None:
+        core, source, target = self._core, req.source, req.target
+        access = core.requester(req.access, None)
+        source_partition, target_partition = partition_of(source), partition_of(target)
+        missing = f"no node at '{source}' to move"
+        facts.unread = f"{_FACTS_READ}, before the node was read"
+        await self._partitions.authorise(
+            source_partition, access, "move", creating=target, absent=missing
+        )
+        facts.unread = "its read of the node"
+        row: MeshNode | None = await core.ask("read", source)
+        if row is None:
+            there: MeshNode | None = await core.ask("read", target)
+            if there is not None and landed_here(req.request_id, there, req.expected_version):
+                return there  # this request's move did land (an earlier attempt)
+            if req.expected_version is None:
+                raise NodeValidationError(missing, path=source)
+            raise _conflict(source, _basis(req, MeshNode(path=source)), None)
+        basis = facts.basis = _basis(req, row)
+        _check(source, basis, row)
+        if target_partition != source_partition:
+            partition = await self._partitions.authorise(
+                target_partition, access, "move", creating=target
+            )
+            await self._partitions.heal(
+                partition, access, "move", creating=target, heals=facts.heals
+            )
+        try:
+            moved: MeshNode | None = await core.ask(
+                "move", source, target, basis[0], basis[1], req.request_id
+            )
+        except StoreVersionConflictError as exc:
+            raise _conflict(source, basis, exc.actual_version) from exc
+        except StoreConflictError as exc:
+            raise NodeExistsError(f"a node already exists at '{target}'", path=target) from exc
+        if moved is None:
+            raise _conflict(source, basis, None)
+        return moved

@@ -11,7 +11,7 @@ from reactivex import operators as ops
 from rxmesh import Mesh, MeshNode
 from rxmesh.aio import first_value
 from rxmesh.exceptions import NodeOperationError
-from rxmesh.mesh._answer import TerminalArm
+from rxmesh.mesh._arms import TerminalArm
 from rxmesh.operations import CreateNodeRequest, RejectionReason
 from rxmesh.testing import FaultInjectingStore
 

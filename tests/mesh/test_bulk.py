@@ -1,24 +1,15 @@
-"""The bulk create: phases, windows, and the terminal arm's order (partial landing first)."""
+"""The bulk create: phases and windows (its partial landing: test_bulk_partial_landing.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
-import reactivex
-from reactivex import Observable
-from reactivex import operators as ops
 
 from rxmesh import CreateNodesRequest, CreateNodesResponse, Mesh, MeshNode, RejectionReason
 from rxmesh.aio import first_value
 from rxmesh.exceptions import NodeValidationError
-from rxmesh.ledger import PendingWriteLedger
-from rxmesh.model import WindowCommitted
-from rxmesh.providers.memory import InMemoryStore
-from rxmesh.testing import FaultInjectingStore
-from rxmesh.testing._fault_store import connect_timeout_error, unreachable_error
+from rxmesh.testing._fault_store import connect_timeout_error
 
-from .conftest import ALICE, BOB, FAST, make_mesh
+from .conftest import ALICE, BOB, make_mesh
 
 
 async def ask(mesh: Mesh, request: object) -> CreateNodesResponse:
@@ -85,47 +76,6 @@ async def test_a_healthy_node_plus_an_unreachable_one_is_unavailable_nothing_wri
     assert store.writes_attempted() == []
     # Beyond the seeds: every node that did not land is recorded for one re-issue.
     assert sorted(p.node.path for p in mesh.ledger.pending()) == [n.path for n in batch]
-
-
-class _SecondWindowFails(InMemoryStore):
-    """Commits the first window, then the store goes away (its own transaction per window)."""
-
-    def write_many(
-        self, nodes: Sequence[MeshNode], window: int = 1000
-    ) -> Observable[WindowCommitted]:
-        first_window = super().write_many(nodes[:window], window)
-        return first_window.pipe(ops.concat(reactivex.throw(unreachable_error("memory"))))
-
-
-async def test_a_second_window_failing_after_the_first_committed_is_a_partial_landing(
-    log_records: list[dict[str, object]],
-) -> None:
-    store = FaultInjectingStore(_SecondWindowFails())
-    mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(""))
-    batch = nodes("acme", 25)
-    response = await ask(mesh, CreateNodesRequest(nodes=batch, access=ALICE, window=10))
-    assert response.rejection_reason is RejectionReason.UNKNOWN
-    assert [n.path for n in response.created] == [n.path for n in batch[:10]]
-    assert [n.path for n in response.not_created] == [n.path for n in batch[10:]]
-    assert "Nothing was written" not in (response.error or "")
-    assert "partially landed" in (response.error or "")
-    assert any(r["extra"].get("event") == "partial_landing" for r in log_records)  # type: ignore[union-attr]
-    # Intents only for what did not land, never for what did.
-    assert sorted(p.node.path for p in mesh.ledger.pending()) == [n.path for n in batch[10:]]
-
-
-async def test_a_write_failing_before_any_window_committed_may_have_partially_landed() -> None:
-    mesh, store = make_mesh()
-    store.refuse_writes_as_unreachable()
-    batch = nodes("acme", 3)
-    # The partition must exist already, so the only write is the bulk one.
-    store.restore()
-    assert (await ask(mesh, CreateNodesRequest(nodes=nodes("acme", 1), access=ALICE))).success
-    store.refuse_writes_as_unreachable()
-    response = await ask(mesh, CreateNodesRequest(nodes=batch[1:], access=ALICE))
-    assert response.rejection_reason is RejectionReason.UNAVAILABLE
-    assert "Nothing was written" not in (response.error or "")
-    assert "Read the current state before retrying" in (response.error or "")
 
 
 async def test_a_42P01_in_the_bulk_write_is_unknown_not_unavailable() -> None:

@@ -26,7 +26,6 @@ from .conftest import ALICE, BOB, make_mesh
 CAROL = AccessContext(user="carol")  # holds no grant anywhere
 
 
-
 def doc(path: str, **content: object) -> MeshNode:
     return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
 
@@ -127,36 +126,6 @@ async def test_negative_control_the_owner_still_deletes_its_node() -> None:
     answer = await first_value(mesh.delete_node(DeleteNodeRequest(path="beta/b", access=BOB)))
     assert answer.success, answer
     assert await first_value(store.read("beta/b")) is None
-
-
-async def test_a_verbatim_bulk_reissue_gets_a_verdict_not_a_partial_landing() -> None:
-    """FAILS against the old bulk: the row an earlier attempt of the same request wrote
-    (``alpha/a``) was counted as landed by THIS attempt, so the refusal in ``beta`` became
-    UNKNOWN "partially landed ... the data store became unreachable" with no fault at all."""
-    mesh, store = make_mesh()
-    await mesh.create(doc("beta/b"), access=BOB)  # bob's partition, bob's row
-    request = CreateNodesRequest(nodes=(doc("alpha/a"), doc("beta/b")), access=ALICE)
-    first = await first_value(mesh.create_nodes(request))
-    assert first.success
-    assert first.already_present == ("beta/b",)
-    await mesh.delete("beta/b", access=BOB)
-    again = await first_value(mesh.create_nodes(request))  # the same request, verbatim
-    assert again.rejection_reason is RejectionReason.FORBIDDEN, again
-    assert "partially landed" not in (again.error or "")
-    assert [n.path for n in again.created] == ["alpha/a"]  # this request's row, from before
-    assert [n.path for n in again.not_created] == ["beta/b"]
-
-
-async def test_a_verbatim_bulk_reissue_with_writes_refused_is_unavailable() -> None:
-    """FAILS against the old bulk (UNKNOWN "1 created" for the earlier attempt's row)."""
-    mesh, store = make_mesh()
-    request = CreateNodesRequest(nodes=(doc("alpha/a"), doc("alpha/b")), access=ALICE)
-    await mesh.create(doc("alpha/seed"), access=ALICE)
-    await first_value(mesh.create_nodes(request.model_copy(update={"nodes": (doc("alpha/a"),)})))
-    store.refuse_writes_as_unreachable()
-    again = await first_value(mesh.create_nodes(request))
-    assert again.rejection_reason is RejectionReason.UNAVAILABLE, again
-    assert [n.path for n in again.not_created] == ["alpha/b"]
 
 
 async def test_unavailable_after_a_heal_names_what_was_written() -> None:
@@ -292,7 +261,6 @@ async def test_a_verbatim_bulk_reissue_settles_its_nodes_intents() -> None:
         ("p/b", Verdict.LANDED),
     ]
     assert mesh.ledger.pending() == ()
-
 
 
 async def test_a_reissue_in_flight_is_called_off_when_the_callers_own_reissue_lands() -> None:
