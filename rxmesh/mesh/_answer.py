@@ -90,8 +90,7 @@ def answer_once(
 class _Answer(_OneShot[R]):
     """:func:`answer_once`'s observable. What it answers is kept on it, not in closures: an
     operation waiting in an outage holds each object it is made of for as long as it waits, and
-    the collector walks them all in each full pass (two functions, their cells and closure tuples
-    fewer per operation than with closures)."""
+    the collector walks them all in each full pass."""
 
     def __init__(
         self, attempt: Callable[[], Attempt[R]], verb: str, request_id: str, reissue: bool
@@ -125,8 +124,8 @@ async def answer_now(
     from inside the work is answered; the caller's own cancellation (or a disposal) propagates,
     as nobody is left to answer. A terminal arm that itself fails (a defect) still answers, with
     the backstop's UNKNOWN, and the defect is logged at ERROR."""
-    # The steps are called through the attempt, not held as bound methods while they run: three
-    # objects fewer for each operation waiting.
+    # The steps are called through the attempt, not held as bound methods while they run: an
+    # operation waiting in an outage holds as few objects as it can.
     steps = attempt()
     with _instrumentation.operation(verb, request_id=request_id, reissue=reissue) as op:
         fault: BaseException | None = None
@@ -148,8 +147,8 @@ async def answer_now(
                 ).error("the terminal arm of a {} failed: {}", verb, defect)
                 response = None
             # The fault's traceback holds this frame, which holds the fault: a reference cycle
-            # of every frame it went through, freed only by the cyclic GC (60 objects an
-            # UNAVAILABLE answer). Dropped here, they go when the answer does.
+            # of every frame it went through, freed only by the cyclic GC (for every UNAVAILABLE
+            # answer). Dropped here, they go when the answer does.
             fault = None
         if response is None:
             response = steps.backstop()

@@ -2,10 +2,10 @@
 
 Three rules, each load-bearing (docs/answers.md):
 
-1. The facts (root, the requester's grant, the ownership record) are read in ONE store call, one
+1. The facts (root, the requester's grant, the ownership record) are read in one store call, one
    snapshot: a concurrent heal is seen whole or not at all. Every read fault propagates; nothing
    is healed after a failed read.
-2. A partition seen NEW authorises nothing but its own claim: a verb that needs an existing node
+2. A partition seen new authorises nothing but its own claim: a verb that needs an existing node
    there is answered "no node" from that snapshot, whatever another request creates later.
 3. The claim is re-read, never assumed: another user may have opened the partition in between.
 
@@ -41,7 +41,7 @@ class Partitions:
         self, partition: str, user: str, *also: str
     ) -> tuple[PartitionFacts, dict[str, MeshNode]]:
         """Root, grant and ownership record — and the paths ``also`` names — read together in
-        ONE store call (one snapshot); every read fault propagates. Returns the facts and every
+        one store call (one snapshot); every read fault propagates. Returns the facts and every
         node found."""
         root, grant, owner = partition, grant_path(partition, user), owner_path(partition)
         epoch = self._cache.epoch(partition)
@@ -99,10 +99,10 @@ class Partitions:
         """Read the partition's facts (unless ``facts`` were just read) and decide; writes
         nothing (every read fault propagates).
 
-        A partition seen NEW authorises nothing but its own claim (:meth:`heal`): a verb that
+        A partition seen new authorises nothing but its own claim (:meth:`heal`): a verb that
         needs an existing node there (``absent`` is its refusal) is answered "no node" from this
         snapshot. Deciding it on the policy's "may open a partition" would let a user with no
-        rights act on a node another user creates in the partition meanwhile (issue 20).
+        rights act on a node another user creates in the partition meanwhile.
 
         Raises :class:`NodeAccessDeniedError` when the policy refuses ``verb``.
         """

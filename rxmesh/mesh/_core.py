@@ -132,8 +132,7 @@ class MeshCore:
         a failed write may have landed).
 
         Returns the ladder's coroutine itself (to be awaited), and passes a partial, not a
-        lambda: for as long as the call waits in the ladder, one coroutine frame and a
-        function, its closure and three cells fewer."""
+        lambda: a call waiting in the ladder holds no frame and no closure of its own."""
         if failed is None:
             attempt = functools.partial(call, self.store, operation, *args)
         else:
@@ -188,8 +187,8 @@ class MeshCore:
             )
         content = node.content
         if content is not None and not content_certainly_fits(content):
-            # The rules themselves (the shortcut said "not certainly"): the same decision and
-            # text as ever, named by the rule that refuses.
+            # The rules themselves (the shortcut said "not certainly"): they decide, and the
+            # refusal is named by the rule that refuses.
             validate_content(node.path, content)
             size = len(json.dumps(node.content, ensure_ascii=False, allow_nan=False).encode())
             if size > MAX_CONTENT_BYTES:

@@ -4,7 +4,7 @@ A create in a partition it has seen before needs no facts read: the root, the re
 and the ownership record it read last time still hold, unless the change feed said otherwise.
 The rules (docs/answers.md, "Partition facts between operations"):
 
-- Only COMPLETE facts are kept (root and ownership record present, and the requester's grant or
+- Only complete facts are kept (root and ownership record present, and the requester's grant or
   a system-owned partition): a partition that would be healed is always read.
 - A commit the feed announces at a partition's root, ownership record or any grant drops every
   entry of that partition; a declared gap drops them all (changes may have been missed).

@@ -5,7 +5,7 @@ Recording can never prevent the answer: whatever it raises is logged and told in
 text (and the response's ``recorded_for_reissue`` / ``not_recorded`` fields). An intent is a
 promise to re-issue a request that got no answer: once the same request (its requester, path,
 request id and verb) is answered — created, or judged — the promise is kept and the intent
-settled, so a later re-issue cannot resurrect a node the caller deleted meanwhile (issue 20).
+settled, so a later re-issue cannot resurrect a node the caller deleted meanwhile.
 Anyone else's answer, whatever request id it carries, settles nothing.
 """
 
@@ -56,7 +56,8 @@ class Recorded:
 
 _AN = {"create": "a", "update": "an", "delete": "a", "move": "a"}
 _INTENTS_PER_STEP = 500
-"""Intents of a bulk built per loop step (each a validated model, about 5 us)."""
+"""Intents of a bulk built per loop step (each a validated model): a large bulk's recording
+never holds the loop for long."""
 
 _RECORDED = Recorded(True, "")
 """Recorded, nothing to add to the answer: one instance for every such intent (a 10,000-node
@@ -106,7 +107,7 @@ class PendingWrites:
         log: bool,
         verb: str = "create",
     ) -> Recorded:
-        """Why an intent was NOT recorded, told in the answer (and logged, with ``log``)."""
+        """Why an intent was not recorded, told in the answer (and logged, with ``log``)."""
         path = node.path
         if isinstance(exc, PendingWriteHeldError):
             if log:
@@ -188,7 +189,7 @@ class PendingWrites:
         An intent is a promise to re-issue a request that got no answer. Once the same request
         (same requester, path, request id and verb) is answered by the store — created, or
         judged — that promise is kept; re-issuing it later could resurrect a node the caller
-        deleted meanwhile (issue 20). Anyone else's answer settles nothing, whatever request id
+        deleted meanwhile. Anyone else's answer settles nothing, whatever request id
         it carries. The recovery's own re-issues settle themselves.
         """
         if not req.reissued_after_unavailable:
@@ -252,7 +253,7 @@ class PendingWrites:
     async def record_bulk(
         self, req: CreateNodesRequest, not_created: tuple[MeshNode, ...]
     ) -> tuple[tuple[str, ...], tuple[str, ...], str]:
-        """Record every node of an unreachable bulk that did not land, in ONE durable step;
+        """Record every node of an unreachable bulk that did not land, in one durable step;
         say which were not.
 
         Returns the paths recorded, the paths not recorded, and the note for the answer: counts
@@ -309,7 +310,7 @@ class PendingWrites:
         logged = False
         for start in range(0, len(nodes), _INTENTS_PER_STEP):
             if start:
-                await asyncio.sleep(0)  # a 10,000-node bulk never holds the loop (~5 us a node)
+                await asyncio.sleep(0)  # a large bulk never holds the loop
             with collector_paused():  # none of a step's intents is garbage (rxmesh._collector)
                 for index in range(start, min(start + _INTENTS_PER_STEP, len(nodes))):
                     node = nodes[index]

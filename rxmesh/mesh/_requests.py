@@ -324,7 +324,7 @@ def _named(
     field: str,
 ) -> None:
     """``check(value, field=where(index, field))``, the location worked out only if ``value``
-    fails (the check runs again with it, so the refusal's text is the one it always was)."""
+    fails (the check runs again with it, so the refusal's text names where the value is)."""
     try:
         check(value, field="")
     except NodeValidationError:
