@@ -12,7 +12,7 @@ from rxmesh import Mesh, MeshNode
 from rxmesh.aio import first_value
 from rxmesh.exceptions import NodeOperationError
 from rxmesh.mesh._arms import TerminalArm
-from rxmesh.operations import CreateNodeRequest, RejectionReason
+from rxmesh.operations import CreateNodeRequest, CreateNodesRequest, RejectionReason
 from rxmesh.testing import FaultInjectingStore
 
 from .conftest import ALICE, make_mesh
@@ -58,4 +58,30 @@ async def test_negative_control_a_working_arm_answers_unavailable() -> None:
     mesh, _ = await _outage()
     request = CreateNodeRequest(node=MeshNode(path="p/x", content={}), access=ALICE)
     answer = await first_value(mesh.create_node(request), timeout=5)
+    assert answer.rejection_reason is RejectionReason.UNAVAILABLE
+
+
+async def test_a_failing_arm_is_entered_once_for_a_bulk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The terminal arm never retries, itself included: a bulk whose arm fails is answered by
+    the backstop, the arm entered once. FAILS against 41e90aa: the bulk answered its own faults
+    inside its run, so the arm's failure reached the run's fault path and the arm again."""
+    mesh, store = await _outage()
+    entered: list[object] = []
+
+    async def answer(self: TerminalArm, *args: object, **kwargs: object) -> object:
+        entered.append(args)
+        raise RuntimeError("a defect in the terminal arm")
+
+    monkeypatch.setattr(TerminalArm, "answer", answer)
+    nodes = (MeshNode(path="p/a", content={}), MeshNode(path="p/b", content={}))
+    request = CreateNodesRequest(nodes=nodes, access=ALICE)
+    answers = await first_value(mesh.create_nodes(request).pipe(ops.to_list()), timeout=5)
+    assert [answer.rejection_reason for answer in answers] == [RejectionReason.UNKNOWN]
+    assert len(entered) == 1
+
+
+async def test_negative_control_a_working_arm_answers_a_bulk_unavailable() -> None:
+    mesh, _ = await _outage()
+    nodes = (MeshNode(path="p/a", content={}), MeshNode(path="p/b", content={}))
+    answer = await first_value(mesh.create_nodes(CreateNodesRequest(nodes=nodes, access=ALICE)))
     assert answer.rejection_reason is RejectionReason.UNAVAILABLE
