@@ -67,6 +67,27 @@ async def test_negative_control_without_recording_nothing_is_recorded_and_nothin
     assert await first_value(store.read("acme/b")) is None
 
 
+async def test_within_pending_writes_unrecorded_an_unavailable_create_is_not_recorded() -> None:
+    """What a drill uses to lose one intent on purpose: inside the block nothing is recorded
+    (the answer says so), and recording comes back after it."""
+    mesh, _ = await seeded_outage()
+    with mesh.pending_writes_unrecorded():
+        assert not mesh.record_pending_writes
+        lost = await first_value(
+            mesh.create_node(CreateNodeRequest(node=doc("acme/lost"), access=ALICE))
+        )
+    assert lost.rejection_reason is RejectionReason.UNAVAILABLE
+    assert not lost.recorded_for_reissue
+    assert "does not record pending writes" in (lost.error or "")
+    assert mesh.ledger.pending() == ()
+    assert mesh.record_pending_writes
+    kept = await first_value(
+        mesh.create_node(CreateNodeRequest(node=doc("acme/kept"), access=ALICE))
+    )
+    assert kept.recorded_for_reissue  # the control: outside the block, the same create is
+    assert [p.path for p in mesh.ledger.pending()] == ["acme/kept"]
+
+
 async def test_no_evidence_no_reissue_even_an_hour_later() -> None:
     scheduler = TestScheduler()
     store = FaultInjectingStore(InMemoryStore())
