@@ -1,9 +1,14 @@
 """What a node operation costs against the driver, measured in one run (JSON lines on stdout).
 
-Usage::
+Usage (from the root of the tree to measure)::
 
-    python bench/mesh.py [--dsn DSN] [--creates 400] [--memory 4000] [--reads 2000]
+    python -m bench.mesh [--dsn DSN] [--creates 400] [--memory 4000] [--reads 2000]
                          [--concurrency 32] [--repeat 3]
+
+``python bench/mesh.py`` puts ``bench/`` first on the path, not the tree's root, so ``rxmesh`` is
+whichever copy the environment installed (an editable install names one checkout), not
+necessarily this tree's: every line says which it measured (``rxmesh``), and comparing two trees
+takes ``python -m`` from each root (or ``PYTHONPATH`` naming it).
 
 Lines printed (rounds of A and B alternate in one process; the median is taken):
 
@@ -38,6 +43,7 @@ from typing import Any
 
 import asyncpg
 
+import rxmesh
 from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode
 from rxmesh.aio import first_value
 from rxmesh.faults import is_transient_connect_fault
@@ -53,6 +59,7 @@ ALICE = AccessContext(user="bench")
 
 
 def _emit(row: dict[str, Any]) -> None:
+    row["rxmesh"] = os.path.dirname(os.path.dirname(os.path.abspath(rxmesh.__file__)))
     print(json.dumps(row), flush=True)
 
 
