@@ -53,9 +53,9 @@ from rxmesh.operations import NodeResponse, RejectionReason
 __all__ = [
     "NOTHING_LANDED",
     "AttemptFacts",
+    "FailedWork",
     "Judgement",
     "Landing",
-    "Settled",
     "TerminalArm",
     "annotate",
     "error_for",
@@ -247,7 +247,7 @@ NOTHING_LANDED = Landing({})
 """The landing of an attempt with nothing to report beyond its reason (a single write's)."""
 
 
-class Settled(Protocol[Q_contra, F_contra, R]):
+class FailedWork(Protocol[Q_contra, F_contra, R]):
     """What the arm asks of the job whose attempt failed (:class:`~rxmesh.mesh._job.Job`)."""
 
     kind: type[R]
@@ -293,7 +293,7 @@ class TerminalArm:
             written=facts.heals,
         )
 
-    async def answer(self, job: Settled[Q, F, R], request: Q, facts: F, exc: BaseException) -> R:
+    async def answer(self, job: FailedWork[Q, F, R], request: Q, facts: F, exc: BaseException) -> R:
         """The failure answer of ``job.kind`` to ``request`` for ``exc``.
 
         When the store was away: the may-have-landed text (and ``outcome_unknown``, where the
@@ -329,7 +329,7 @@ class TerminalArm:
         return response
 
     async def _partially_landed(
-        self, job: Settled[Q, F, R], request: Q, facts: F, exc: BaseException, landing: Landing
+        self, job: FailedWork[Q, F, R], request: Q, facts: F, exc: BaseException, landing: Landing
     ) -> R:
         """Some of this attempt's writes landed: UNKNOWN, naming what landed and what did not,
         logged at ERROR; the rest recorded for one re-issue when the store was away."""
