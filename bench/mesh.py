@@ -23,6 +23,13 @@ Lines printed (rounds of A and B alternate in one process; the median is taken):
   the mesh itself); target 60 µs.
 - ``unavailable``: UNAVAILABLE answers per second (writes refused as unreachable, an in-memory
   ledger recording each, no retry ladder so the figure is CPU, not backoff); target 10,000/s.
+- ``cpu_per_operation`` (with ``--cpu`` only): this process's CPU time per operation on the
+  embedded store (``time.process_time``: what the mesh itself spends, which other processes on
+  a busy machine disturb far less than a wall-clock rate), the minimum and the median of
+  ``--cpu-rounds`` rounds, for ``create``, ``create_node``, ``update_node`` and an UNAVAILABLE
+  ``create_node``; and the function calls each makes (``sys.setprofile``: Python and C calls,
+  the same on any machine). Comparing two trees: run this file from one tree with ``PYTHONPATH``
+  naming each tree's root in turn, so one bench measures both.
 - ``read_ladder``: one ``PostgresStore`` read through the retry ladder — as the mesh does it
   (the coroutine twin under the ladder's coroutine driver: ``rxmesh``) and through the observable
   and the operator (``rxmesh_observable``) — against a raw ``pool.fetchrow`` of the same row, and
@@ -36,6 +43,7 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -48,6 +56,7 @@ from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode
 from rxmesh.aio import first_value
 from rxmesh.faults import is_transient_connect_fault
 from rxmesh.ledger import PendingWriteLedger
+from rxmesh.operations import UpdateNodeRequest
 from rxmesh.operators import retry_transient_connect
 from rxmesh.operators._ladder import Ladder
 from rxmesh.providers.memory import InMemoryStore
@@ -349,12 +358,85 @@ async def read_ladder(dsn: str, reads: int, repeat: int) -> dict[str, Any]:
     return row
 
 
+async def cpu_per_operation(operations: int, rounds: int) -> dict[str, Any]:
+    """CPU microseconds (this process's) per operation on the embedded store, min and median of
+    ``rounds``, and the Python and C function calls each makes."""
+    mesh = Mesh(InMemoryStore(), ledger=PendingWriteLedger(""))
+    await mesh.create(MeshNode(path="c/warm", content={}), access=ALICE)
+    refused = FaultInjectingStore(InMemoryStore())
+    away = Mesh(refused, ledger=PendingWriteLedger(""), retry_delays=())
+    await away.create(MeshNode(path="u/warm", content={}), access=ALICE)
+    refused.refuse_writes_as_unreachable()
+
+    def node(path: str, i: int) -> MeshNode:
+        return MeshNode(path=path, node_type="B", content={"i": i})
+
+    async def create(tag: str, i: int) -> None:
+        await mesh.create(node(f"c/d{tag}n{i}", i), access=ALICE)
+
+    async def create_node(tag: str, i: int) -> None:
+        request = CreateNodeRequest(node=node(f"c/o{tag}n{i}", i), access=ALICE)
+        await first_value(mesh.create_node(request))
+
+    async def update_node(tag: str, i: int) -> None:  # the nodes ``create`` made
+        request = UpdateNodeRequest(node=node(f"c/d{tag}n{i}", -i), access=ALICE)
+        await first_value(mesh.update_node(request))
+
+    async def unavailable(tag: str, i: int) -> None:
+        request = CreateNodeRequest(node=node(f"u/r{tag}n{i}", i), access=ALICE)
+        await first_value(away.create_node(request))
+
+    works = {
+        "create": create,
+        "create_node": create_node,
+        "update_node": update_node,
+        "unavailable": unavailable,
+    }
+    us: dict[str, list[float]] = {name: [] for name in works}
+    for round_ in range(rounds):
+        for name, work in works.items():
+            started = time.process_time()
+            for i in range(operations):
+                await work(str(round_), i)
+            us[name].append((time.process_time() - started) / operations * 1e6)
+    calls: dict[str, dict[str, float]] = {}
+    counted = {"call": 0, "c_call": 0}
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        if event in counted:
+            counted[event] += 1
+
+    sample = min(operations, 200)
+    for name, work in works.items():
+        counted["call"] = counted["c_call"] = 0
+        sys.setprofile(count)
+        try:
+            for i in range(sample):
+                await work("calls", i)
+        finally:
+            sys.setprofile(None)
+        calls[name] = {"python": counted["call"] / sample, "c": counted["c_call"] / sample}
+    mesh.dispose()
+    away.dispose()
+    return {
+        "bench": "mesh",
+        "measure": "cpu_per_operation",
+        "operations": operations,
+        "rounds": rounds,
+        "us_min": {name: round(min(values), 2) for name, values in us.items()},
+        "us_median": {name: round(statistics.median(values), 2) for name, values in us.items()},
+        "calls": {name: {k: round(v, 1) for k, v in c.items()} for name, c in calls.items()},
+    }
+
+
 async def run(args: argparse.Namespace) -> None:
     for row in await pg_create(args.dsn, args.creates, args.concurrency, args.repeat):
         _emit(row)
     _emit(await memory_create(args.memory, args.repeat))
     _emit(await unavailable(args.memory, args.repeat))
     _emit(await read_ladder(args.dsn, args.reads, args.repeat))
+    if getattr(args, "cpu", False):
+        _emit(await cpu_per_operation(args.memory // 2, args.cpu_rounds))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -365,7 +447,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reads", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
-    asyncio.run(run(parser.parse_args(argv)))
+    parser.add_argument("--cpu", action="store_true", help="also measure cpu_per_operation")
+    parser.add_argument("--cpu-rounds", type=int, default=7)
+    parser.add_argument(
+        "--cpu-only", action="store_true", help="measure cpu_per_operation alone (no database)"
+    )
+    args = parser.parse_args(argv)
+    if args.cpu_only:
+        asyncio.run(_cpu_only(args))
+    else:
+        asyncio.run(run(args))
+
+
+async def _cpu_only(args: argparse.Namespace) -> None:
+    _emit(await cpu_per_operation(args.memory // 2, args.cpu_rounds))
 
 
 if __name__ == "__main__":
