@@ -2,8 +2,8 @@
 terminal arm answers it (UNKNOWN naming what landed, before the store-unreachable branch).
 
 Other folders test the partial landing from their own side and keep those tests: the wording
-(tests/test_faults.py), the import report (tests/test_importer.py), the state machine's found
-cases (tests/model/test_found.py) and the pinned reliability finding
+(tests/test_faults.py), the import report (tests/importer/test_importer.py), the state
+machine's found cases (tests/machine/test_found.py) and the pinned reliability finding
 (tests/reliability/test_pinned.py).
 """
 
