@@ -10,7 +10,7 @@
    Any other row: NODE_ALREADY_EXISTS, which outranks every later refusal.
 3. The content rules (no store), then the partition's bootstrap: a permission refusal outranks a
    content refusal, and bad content heals nothing.
-4. The write, through the ladder; each failed write is kept for the arm (may it have landed?).
+4. The write, through the ladder; each failed try is judged for the arm (may it have landed?).
 
 A fault anywhere goes to the terminal arm (:class:`~rxmesh.mesh._arms.TerminalArm`), which
 records the intent when the store was away (:meth:`Create.record`).
