@@ -24,12 +24,6 @@ CROSS_CUTTING = {
     "rxmesh.operations",
     "rxmesh.instrumentation",
     "rxmesh._util",
-    # kept until rxmesh/providers/postgres and rxmesh/mesh import rxmesh._util themselves
-    "rxmesh._arguments",
-    "rxmesh._trusted",
-    "rxmesh._path_order",
-    "rxmesh._collector",
-    "rxmesh._model_rules",
 }
 ALLOWED: dict[str, set[str]] = {
     # a package: what it may import inside rxmesh (besides itself)
@@ -113,13 +107,10 @@ CROSSINGS_LEFT: dict[str, set[str]] = {
     "rxmesh.ledger": {_EVENTS, _SEAM},
     "rxmesh.operators": {_SEAM},
     "rxmesh.testing": {_SEAM} | _STORE_AND_LADDER,
-    "rxmesh.mesh": {_SEAM}
-    | _STORE_AND_LADDER
-    # kept until rxmesh/mesh imports rxmesh._util and the model's rules itself
-    | {"rxmesh._arguments", "rxmesh._collector", "rxmesh._model_rules", "rxmesh._trusted"},
+    # the content check's one-walk shortcut, judged before a request reaches the store
+    "rxmesh.mesh": {_SEAM, "rxmesh.model._rules"} | _STORE_AND_LADDER,
     # the change feed checks a stored path against the path rule's one-regex shortcut
     "rxmesh.providers": {_EVENTS, _SEAM, "rxmesh.model._rules"},
-    "rxmesh._model_rules": {"rxmesh.model._rules"},  # the shim itself
     # the async drivers are exported by rxmesh.aio; their code drives the ladder in operators
     "rxmesh.aio": {
         "rxmesh.operators._aio_reopen_on_transient_fault",

@@ -25,8 +25,7 @@ from typing import Any, Protocol
 from reactivex import Observable, abc
 from reactivex.subject import Subject
 
-from rxmesh._model_rules import content_certainly_fits
-from rxmesh._trusted import fields_of, trusted
+from rxmesh._util.trusted import fields_of, trusted
 from rxmesh.exceptions import NodeAccessDeniedError, NodeValidationError
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.mesh._access import AccessPolicy
@@ -36,6 +35,7 @@ from rxmesh.model import (
     MeshNode,
     validate_content,
 )
+from rxmesh.model._rules import content_certainly_fits
 from rxmesh.operators import retry_transient_connect
 from rxmesh.operators._ladder import Ladder
 from rxmesh.providers import Store
@@ -173,7 +173,7 @@ class MeshCore:
     def fail_fast(self, node: MeshNode, access: AccessContext | None) -> None:
         """Checks that need no store: type/content presence, content size.
 
-        Content is judged in one walk (:func:`~rxmesh._model_rules.content_certainly_fits`)
+        Content is judged in one walk (:func:`~rxmesh.model._rules.content_certainly_fits`)
         and, unless that finds it certainly storable and small enough, by
         :func:`~rxmesh.model.validate_content` and its exact size as JSON (which names why).
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 from reactivex import Observable, abc
 
-from rxmesh._arguments import require_callable
+from rxmesh._util.arguments import require_callable
 from rxmesh.aio import first_value
 from rxmesh.cache import SyncedQueryCache, fold_query_frames
 from rxmesh.exceptions import MeshDisposedError

@@ -18,15 +18,9 @@ from typing import Literal
 
 from loguru import logger
 
-from rxmesh._collector import collector_paused
-from rxmesh.ledger import (
-    Answer,
-    JournalError,
-    PendingWrite,
-    PendingWriteHeldError,
-    RecordResult,
-    outcome_of,
-)
+from rxmesh._util.collector import collector_paused
+from rxmesh.exceptions import JournalError, PendingWriteHeldError
+from rxmesh.ledger import Answer, PendingWrite, RecordResult, outcome_of
 from rxmesh.mesh._core import MeshCore
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import (
@@ -311,7 +305,7 @@ class PendingWrites:
         for start in range(0, len(nodes), _INTENTS_PER_STEP):
             if start:
                 await asyncio.sleep(0)  # a large bulk never holds the loop
-            with collector_paused():  # none of a step's intents is garbage (rxmesh._collector)
+            with collector_paused():  # none of a step's intents is garbage (rxmesh._util.collector)
                 for index in range(start, min(start + _INTENTS_PER_STEP, len(nodes))):
                     node = nodes[index]
                     try:

@@ -1,2 +1,0 @@
-# kept until rxmesh/providers/postgres and rxmesh/mesh/_pending is updated
-from rxmesh._util.collector import *  # noqa: F403
