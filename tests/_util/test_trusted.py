@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import BaseModel
 
-from rxmesh import _trusted
+from rxmesh._util import trusted as _trusted
 from rxmesh._util.trusted import fields_of, trusted
 from rxmesh.model import CommitAnnounced, MeshNode, NodeChange
 
