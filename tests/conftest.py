@@ -12,6 +12,8 @@ from urllib.parse import urlparse
 
 import pytest
 
+from tests.helpers import LogRecords
+
 if TYPE_CHECKING:
     from rxmesh.testing import TemporaryPgBouncer as TemporaryPgBouncerType
     from rxmesh.testing import TemporaryPostgresCluster as TemporaryPostgresClusterType
@@ -108,14 +110,6 @@ def nats_url() -> str:
     return NATS_URL
 
 
-class LogRecords(list[dict[str, object]]):
-    """Loguru records captured from rxmesh: dicts of level, message and the bound extra."""
-
-    def at(self, level: str) -> list[dict[str, object]]:
-        """The records logged at ``level`` ("ERROR", "WARNING", ...)."""
-        return [r for r in self if r["level"] == level]
-
-
 @pytest.fixture
 def log_records() -> Iterator[LogRecords]:
     """Capture what rxmesh logs (enabling it for the test only)."""
@@ -128,6 +122,7 @@ def log_records() -> Iterator[LogRecords]:
         records.append(
             {
                 "level": record["level"].name,
+                "no": record["level"].no,
                 "message": record["message"],
                 "extra": dict(record["extra"]),
                 "name": record["name"],

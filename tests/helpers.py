@@ -1,14 +1,22 @@
-"""Small helpers shared by tests (import them; do not copy them)."""
+"""The users and small helpers tests share (import them; do not copy them)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reactivex import Observable
+from rxmesh.model import AccessContext
 
-from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
+if TYPE_CHECKING:  # the root conftest imports this module: it loads no more than it uses
+    from reactivex import Observable
+
+    from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
+
+ALICE = AccessContext(user="alice")
+BOB = AccessContext(user="bob")
+CAROL = AccessContext(user="carol")
+MALLORY = AccessContext(user="mallory")
 
 
 async def answers(
@@ -85,3 +93,23 @@ class LoopTurns:
 
     def most_in_one_turn(self) -> int:
         return max(self.noted.values())
+
+
+class LogRecords(list[dict[str, Any]]):
+    """Loguru records captured from rxmesh: dicts of ``level`` (its name), ``no`` (its number),
+    ``message``, the bound ``extra`` and the logger's ``name``."""
+
+    def at(self, level: str) -> list[dict[str, Any]]:
+        """The records logged at ``level`` ("ERROR", "WARNING", ...)."""
+        return [r for r in self if r["level"] == level]
+
+    def messages(self, level: str) -> list[str]:
+        """The messages logged at ``level``."""
+        return [r["message"] for r in self.at(level)]
+
+    def lines(self, at_least: str = "WARNING") -> list[str]:
+        """``"<LEVEL> <message>"`` for every record at ``at_least`` or above, in order."""
+        from loguru import logger
+
+        floor = logger.level(at_least).no
+        return [f"{r['level']} {r['message']}" for r in self if r["no"] >= floor]

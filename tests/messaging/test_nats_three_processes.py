@@ -38,6 +38,7 @@ from rxmesh.messaging import (
     WitnessVerdict,
     claim_build,
 )
+from tests.helpers import LogRecords
 from tests.messaging._nats_node import GATEWAY_ADDRESS
 
 pytestmark = pytest.mark.nats
@@ -166,7 +167,7 @@ async def test_a_paused_coordinator_is_retried_and_answers_the_same_claim(nats_u
 
 
 async def test_with_the_coordinator_gone_for_good_the_witness_decides(
-    nats_url: str, log_records: list[dict[str, Any]]
+    nats_url: str, log_records: LogRecords
 ) -> None:
     witness = InMemoryBuildWitness(
         {"build-go": WitnessVerdict.GO, "build-no-go": WitnessVerdict.NO_GO}
@@ -220,7 +221,7 @@ def is_nobody_answering_at_the_coordinator(error: BaseException) -> bool:
 
 
 async def test_a_killed_coordinator_is_retried_then_the_witness_decides(
-    nats_url: str, log_records: list[dict[str, Any]]
+    nats_url: str, log_records: LogRecords
 ) -> None:
     """Issue 13, scenario 6: a coordinator that is down is not a verdict. FAILS against the old
     code, where NATS's "no responders" was a NOT_FOUND verdict: no retry, no witness, a fault."""

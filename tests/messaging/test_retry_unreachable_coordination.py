@@ -20,6 +20,7 @@ from rxmesh.messaging import (
     DEFAULT_COORDINATION_BACKOFF,
     retry_unreachable_coordination,
 )
+from tests.helpers import LogRecords
 
 on_next = ReactiveTest.on_next
 on_error = ReactiveTest.on_error
@@ -68,7 +69,7 @@ def test_the_defaults_are_three_attempts_after_5_then_15_seconds() -> None:
 
 
 def test_the_routers_exact_flattened_text_is_retried_then_reported_unreachable(
-    log_records: list[dict[str, Any]],
+    log_records: LogRecords,
 ) -> None:
     scheduler = TestScheduler()
     last = router_nack()
@@ -319,7 +320,7 @@ def nobody_answering() -> DeliveryFailure:
 
 
 def test_nobody_answering_is_retried_after_5_then_15_seconds_then_reported_unreachable(
-    log_records: list[dict[str, Any]],
+    log_records: LogRecords,
 ) -> None:
     """A coordinator that is down is not a verdict: re-asked on the same budget, then the
     witness door's error. FAILS against the old code, which surfaced it at 201 unretried."""
