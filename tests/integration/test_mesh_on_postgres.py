@@ -11,16 +11,15 @@ from urllib.parse import urlparse
 import asyncpg
 import pytest
 
-from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh import CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
 from rxmesh.aio import first_value
 from rxmesh.ledger import PendingWriteLedger, read_journal
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy, TemporaryPostgresCluster
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, Outcomes
 
 pytestmark = pytest.mark.postgres
 
-ALICE = AccessContext(user="alice")
 FAST = (0.01, 0.01, 0.01)
 
 

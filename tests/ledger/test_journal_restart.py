@@ -14,9 +14,8 @@ import pytest
 
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
 from rxmesh.ledger._journal import journal_file_name
-from rxmesh.model import AccessContext
 from rxmesh.operations import Verdict
-from tests.helpers import LogRecords
+from tests.helpers import ALICE, LogRecords
 from tests.ledger._fakes import make_intent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +75,7 @@ def test_an_intent_recorded_just_before_sigkill_is_loaded_by_the_next_process(
     (intent,) = PendingWriteLedger(journal_dir).pending()
     assert intent.path == "acme/crash/doc"
     assert intent.request_id == "req-crash"
-    assert intent.access == AccessContext(user="alice")
+    assert intent.access == ALICE
 
 
 def test_a_torn_file_is_quarantined_reported_at_error_and_the_others_still_load(
