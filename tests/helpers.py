@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rxmesh.model import AccessContext
+from rxmesh.model import AccessContext, MeshNode
 
 if TYPE_CHECKING:  # the root conftest imports this module: it loads no more than it uses
     from reactivex import Observable
@@ -17,6 +18,19 @@ ALICE = AccessContext(user="alice")
 BOB = AccessContext(user="bob")
 CAROL = AccessContext(user="carol")
 MALLORY = AccessContext(user="mallory")
+
+
+def doc(path: str, **content: object) -> MeshNode:
+    """A node of type Doc at ``path``: ``content`` if given, else ``{"x": 1}``."""
+    return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
+
+
+async def until(condition: Callable[[], bool], *, within: float = 10.0) -> None:
+    """Poll ``condition`` (a real server's or a background task's state) until it holds, at most
+    ``within`` seconds; never a bare sleep for a fixed time."""
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110 - state of another's pace, bounded above
+            await asyncio.sleep(0.01)
 
 
 async def answers(

@@ -11,20 +11,16 @@ from urllib.parse import urlparse
 import asyncpg
 import pytest
 
-from rxmesh import CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh import CreateNodeRequest, Mesh, RejectionReason, Verdict
 from rxmesh.aio import first_value
 from rxmesh.ledger import PendingWriteLedger, read_journal
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy, TemporaryPostgresCluster
-from tests.helpers import ALICE, Outcomes
+from tests.helpers import ALICE, Outcomes, doc
 
 pytestmark = pytest.mark.postgres
 
 FAST = (0.01, 0.01, 0.01)
-
-
-def doc(path: str, **content: object) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
 
 
 @pytest.fixture

@@ -25,8 +25,7 @@ from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import NodeQuery, QueryFrame
 from rxmesh.operations import RejectionReason
 from rxmesh.providers.postgres import PostgresStore
-from tests.conftest import LogRecords
-from tests.helpers import ALICE
+from tests.helpers import ALICE, LogRecords
 from tests.providers.conftest import Recorder
 from tests.providers.postgres.kinds import started
 

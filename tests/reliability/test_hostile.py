@@ -68,8 +68,8 @@ from rxmesh.operations import (
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
-from tests.conftest import PG_DSN, SESSION, LogRecords, require_server, session_prefix
-from tests.helpers import answers
+from tests.conftest import PG_DSN, SESSION, require_server, session_prefix
+from tests.helpers import LogRecords, answers
 from tests.providers.postgres.kinds import drop_schemas
 
 ALICE = {"user": "alice"}

@@ -52,8 +52,8 @@ from rxmesh.testing import (
     TemporaryPgBouncer,
     TemporaryPostgresCluster,
 )
-from tests.conftest import IN_CI, LogRecords, session_prefix
-from tests.helpers import ALICE
+from tests.conftest import IN_CI, session_prefix
+from tests.helpers import ALICE, LogRecords
 from tests.reliability.conftest import MATRIX, VERBS
 
 pytestmark = pytest.mark.postgres
