@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rxmesh.model import AccessContext, MeshNode
 
 if TYPE_CHECKING:  # the root conftest imports this module: it loads no more than it uses
+    from pydantic import BaseModel
     from reactivex import Observable
 
     from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
@@ -23,6 +24,19 @@ MALLORY = AccessContext(user="mallory")
 def doc(path: str, **content: object) -> MeshNode:
     """A node of type Doc at ``path``: ``content`` if given, else ``{"x": 1}``."""
     return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
+
+
+def constructed(model: type[BaseModel], body: dict[str, Any]) -> Any:
+    """``body`` as ``model``, built with ``model_construct`` all the way down (no validation): a
+    request a caller could build that the mesh must still refuse."""
+    fields = dict(body)
+    if "access" in fields:
+        fields["access"] = AccessContext.model_construct(**fields["access"])
+    if "node" in fields:
+        fields["node"] = MeshNode.model_construct(**fields["node"])
+    if "nodes" in fields:
+        fields["nodes"] = tuple(MeshNode.model_construct(**node) for node in fields["nodes"])
+    return model.model_construct(**fields)
 
 
 async def until(condition: Callable[[], bool], *, within: float = 10.0) -> None:
