@@ -1,4 +1,6 @@
-"""Shared fixtures: where the real servers are, and whether a test may skip without them."""
+"""Fixtures of every test: where the real servers are (and whether a test may skip without them),
+what rxmesh logs, and a schema prefix of the test's own. The users and helpers tests share are in
+tests/helpers.py."""
 
 from __future__ import annotations
 

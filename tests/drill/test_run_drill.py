@@ -15,7 +15,7 @@ import pytest
 from rxmesh import cli
 from rxmesh.drill import SABOTAGES, DrillResult, run_drill
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _failed(result: DrillResult) -> set[str]:
