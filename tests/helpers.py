@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import sys
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from rxmesh.model import AccessContext, MeshNode
@@ -14,6 +18,8 @@ if TYPE_CHECKING:  # the root conftest imports this module: it loads no more tha
     from reactivex import Observable
 
     from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 ALICE = AccessContext(user="alice")
 BOB = AccessContext(user="bob")
@@ -37,6 +43,22 @@ def constructed(model: type[BaseModel], body: dict[str, Any]) -> Any:
     if "nodes" in fields:
         fields["nodes"] = tuple(MeshNode.model_construct(**node) for node in fields["nodes"])
     return model.model_construct(**fields)
+
+
+def load_bench(name: str) -> ModuleType:
+    """``bench/<name>.py`` loaded afresh (bench/ holds scripts, not a package): registered in
+    ``sys.modules``, where dataclasses look their module up, and with bench/ on ``sys.path`` while
+    it loads, for a script that imports another one's measures."""
+    spec = importlib.util.spec_from_file_location(f"rxmesh_bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
 
 
 async def until(condition: Callable[[], bool], *, within: float = 10.0) -> None:
