@@ -19,7 +19,9 @@ if TYPE_CHECKING:  # the root conftest imports this module: it loads no more tha
 
     from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository's root, wherever the test that asks for it sits."""
+BENCH = ROOT / "bench"
 
 ALICE = AccessContext(user="alice")
 BOB = AccessContext(user="bob")

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from rxmesh.testing import FaultProxy
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PARTITION = "shop"
 
 

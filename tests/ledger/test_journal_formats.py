@@ -22,11 +22,10 @@ from rxmesh.ledger._journal import Journal, encode_journal_file, journal_file_na
 from rxmesh.ledger._log import LOG_FORMAT, Log, encode_del, encode_put, segment_name
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import Verdict
-from tests.helpers import LogRecords
+from tests.helpers import ROOT, LogRecords
 from tests.ledger._fakes import make_intent
 
 FIXTURES = Path(__file__).with_name("fixtures") / "v1-journal"
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _old_journal(journal_dir: Path) -> Path:
@@ -317,7 +316,7 @@ def test_intents_answered_before_sigkill_are_all_loaded_by_the_next_process(
         """
     )
     process = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=60, check=False
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60, check=False
     )
     assert process.returncode == -signal.SIGKILL, process.stderr.decode()
     answered = set(process.stdout.decode().split())

@@ -15,10 +15,8 @@ import pytest
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
 from rxmesh.ledger._journal import journal_file_name
 from rxmesh.operations import Verdict
-from tests.helpers import ALICE, LogRecords
+from tests.helpers import ALICE, ROOT, LogRecords
 from tests.ledger._fakes import make_intent
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_new_ledger_over_the_same_journal_loads_the_intent(journal_dir: Path) -> None:
@@ -68,7 +66,7 @@ def test_an_intent_recorded_just_before_sigkill_is_loaded_by_the_next_process(
         """
     )
     process = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=60, check=False
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60, check=False
     )
     assert process.returncode == -signal.SIGKILL, process.stderr.decode()
 

@@ -17,7 +17,6 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,12 +37,11 @@ from rxmesh.messaging import (
     WitnessVerdict,
     claim_build,
 )
-from tests.helpers import LogRecords
+from tests.helpers import ROOT, LogRecords
 from tests.messaging._nats_node import GATEWAY_ADDRESS
 
 pytestmark = pytest.mark.nats
 
-ROOT = Path(__file__).resolve().parents[2]
 FORWARD_TIMEOUT = 0.5
 BACKOFF = (0.5, 1.0)
 KILLED_BACKOFF = (0.1, 0.2)  # "no responders" comes at once; short waits keep the test fast
