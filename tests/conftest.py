@@ -17,6 +17,7 @@ import pytest
 from tests.helpers import LogRecords
 
 if TYPE_CHECKING:
+    from rxmesh.testing import FaultProxy as FaultProxyType
     from rxmesh.testing import TemporaryPgBouncer as TemporaryPgBouncerType
     from rxmesh.testing import TemporaryPostgresCluster as TemporaryPostgresClusterType
 
@@ -97,6 +98,17 @@ def pgbouncer() -> Iterator[TemporaryPgBouncerType]:
         yield bouncer
     finally:
         bouncer.cleanup()
+
+
+@pytest.fixture
+async def proxy(pg_dsn: str) -> AsyncIterator[FaultProxyType]:
+    """A FaultProxy of the test's own in front of the shared PostgreSQL server (refuse, stall,
+    reset what passes through it)."""
+    from rxmesh.testing import FaultProxy
+
+    target = urlparse(pg_dsn)
+    async with FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as running:
+        yield running
 
 
 @pytest.fixture

@@ -4,9 +4,7 @@ land once after a real outage of a private cluster."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlparse
 
 import asyncpg
 import pytest
@@ -21,13 +19,6 @@ from tests.helpers import ALICE, Outcomes, doc
 pytestmark = pytest.mark.postgres
 
 FAST = (0.01, 0.01, 0.01)
-
-
-@pytest.fixture
-async def proxy(pg_dsn: str) -> AsyncIterator[FaultProxy]:
-    target = urlparse(pg_dsn)
-    async with FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as running:
-        yield running
 
 
 async def count_rows(dsn: str, schema: str, path: str) -> int:
