@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import socket
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -61,6 +62,14 @@ def load_bench(name: str) -> ModuleType:
     finally:
         sys.path.remove(str(BENCH))
     return module
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 async def until(condition: Callable[[], bool], *, within: float = 10.0) -> None:
