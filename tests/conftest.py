@@ -1,4 +1,6 @@
-"""Shared fixtures: where the real servers are, and whether a test may skip without them."""
+"""Fixtures of every test: where the real servers are (and whether a test may skip without them),
+what rxmesh logs, and a schema prefix of the test's own. The users and helpers tests share are in
+tests/helpers.py."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ from urllib.parse import urlparse
 
 import pytest
 
+from tests.helpers import LogRecords
+
 if TYPE_CHECKING:
+    from rxmesh.testing import FaultProxy as FaultProxyType
     from rxmesh.testing import TemporaryPgBouncer as TemporaryPgBouncerType
     from rxmesh.testing import TemporaryPostgresCluster as TemporaryPostgresClusterType
 
@@ -96,6 +101,17 @@ def pgbouncer() -> Iterator[TemporaryPgBouncerType]:
 
 
 @pytest.fixture
+async def proxy(pg_dsn: str) -> AsyncIterator[FaultProxyType]:
+    """A FaultProxy of the test's own in front of the shared PostgreSQL server (refuse, stall,
+    reset what passes through it)."""
+    from rxmesh.testing import FaultProxy
+
+    target = urlparse(pg_dsn)
+    async with FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as running:
+        yield running
+
+
+@pytest.fixture
 def pgbouncer_dsn(pgbouncer: TemporaryPgBouncerType) -> str:
     """The shared server's test DSN, through the run's PgBouncer (transaction pooling)."""
     return pgbouncer.dsn(PG_DSN)
@@ -106,14 +122,6 @@ def nats_url() -> str:
     """The URL of the shared NATS server; skips outside CI when it does not answer."""
     require_server(NATS_URL, 4222, "NATS")
     return NATS_URL
-
-
-class LogRecords(list[dict[str, object]]):
-    """Loguru records captured from rxmesh: dicts of level, message and the bound extra."""
-
-    def at(self, level: str) -> list[dict[str, object]]:
-        """The records logged at ``level`` ("ERROR", "WARNING", ...)."""
-        return [r for r in self if r["level"] == level]
 
 
 @pytest.fixture
@@ -128,6 +136,7 @@ def log_records() -> Iterator[LogRecords]:
         records.append(
             {
                 "level": record["level"].name,
+                "no": record["level"].no,
                 "message": record["message"],
                 "extra": dict(record["extra"]),
                 "name": record["name"],

@@ -1,14 +1,83 @@
-"""Small helpers shared by tests (import them; do not copy them)."""
+"""The users and small helpers tests share (import them; do not copy them)."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import socket
+import sys
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from reactivex import Observable
+from rxmesh.model import AccessContext, MeshNode
 
-from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
+if TYPE_CHECKING:  # the root conftest imports this module: it loads no more than it uses
+    from pydantic import BaseModel
+    from reactivex import Observable
+
+    from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository's root, wherever the test that asks for it sits."""
+BENCH = ROOT / "bench"
+
+ALICE = AccessContext(user="alice")
+BOB = AccessContext(user="bob")
+CAROL = AccessContext(user="carol")
+MALLORY = AccessContext(user="mallory")
+
+
+def doc(path: str, **content: object) -> MeshNode:
+    """A node of type Doc at ``path``: ``content`` if given, else ``{"x": 1}``."""
+    return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
+
+
+def constructed(model: type[BaseModel], body: dict[str, Any]) -> Any:
+    """``body`` as ``model``, built with ``model_construct`` all the way down (no validation): a
+    request a caller could build that the mesh must still refuse."""
+    fields = dict(body)
+    if "access" in fields:
+        fields["access"] = AccessContext.model_construct(**fields["access"])
+    if "node" in fields:
+        fields["node"] = MeshNode.model_construct(**fields["node"])
+    if "nodes" in fields:
+        fields["nodes"] = tuple(MeshNode.model_construct(**node) for node in fields["nodes"])
+    return model.model_construct(**fields)
+
+
+def load_bench(name: str) -> ModuleType:
+    """``bench/<name>.py`` loaded afresh (bench/ holds scripts, not a package): registered in
+    ``sys.modules``, where dataclasses look their module up, and with bench/ on ``sys.path`` while
+    it loads, for a script that imports another one's measures."""
+    spec = importlib.util.spec_from_file_location(f"rxmesh_bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def until(condition: Callable[[], bool], *, within: float = 10.0) -> None:
+    """Poll ``condition`` (a real server's or a background task's state) until it holds, at most
+    ``within`` seconds; never a bare sleep for a fixed time."""
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110 - state of another's pace, bounded above
+            await asyncio.sleep(0.01)
 
 
 async def answers(
@@ -85,3 +154,23 @@ class LoopTurns:
 
     def most_in_one_turn(self) -> int:
         return max(self.noted.values())
+
+
+class LogRecords(list[dict[str, Any]]):
+    """Loguru records captured from rxmesh: dicts of ``level`` (its name), ``no`` (its number),
+    ``message``, the bound ``extra`` and the logger's ``name``."""
+
+    def at(self, level: str) -> list[dict[str, Any]]:
+        """The records logged at ``level`` ("ERROR", "WARNING", ...)."""
+        return [r for r in self if r["level"] == level]
+
+    def messages(self, level: str) -> list[str]:
+        """The messages logged at ``level``."""
+        return [r["message"] for r in self.at(level)]
+
+    def lines(self, at_least: str = "WARNING") -> list[str]:
+        """``"<LEVEL> <message>"`` for every record at ``at_least`` or above, in order."""
+        from loguru import logger
+
+        floor = logger.level(at_least).no
+        return [f"{r['level']} {r['message']}" for r in self if r["no"] >= floor]

@@ -17,7 +17,8 @@ from rxmesh.aio import first_value
 from rxmesh.exceptions import NodeOperationError
 from rxmesh.http import STATUS_BY_REASON, HttpAnswer, http_status
 from rxmesh.operations import NodeOperationResponse
-from tests.mesh.conftest import ALICE, BOB, make_mesh
+from tests.helpers import ALICE, BOB
+from tests.mesh.conftest import make_mesh
 
 
 def node(path: str = "shop/orders/1") -> MeshNode:

@@ -14,20 +14,17 @@ from typing import Any
 import pytest
 from reactivex.subject import Subject
 
-from rxmesh import Mesh, MeshNode
+from rxmesh import Mesh
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import NodeQuery, QueryFrame
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import connection_reset_error
 from rxmesh.web import EventStream
+from tests.helpers import doc
 
 from .mesh.conftest import ALICE
 
 QUERY = NodeQuery(partition="acme", node_type="Doc")
-
-
-def doc(path: str) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content={"x": 1})
 
 
 class Client:

@@ -16,11 +16,12 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
-from rxmesh import AccessContext, Mesh, MeshNode
+from rxmesh import Mesh, MeshNode
 from rxmesh.aio import DEFAULT_MAX_PENDING, iterate
 from rxmesh.cache import fold_query_frames
 from rxmesh.exceptions import SlowConsumerError
 from rxmesh.model import FrameKind, NodeQuery, QueryFrame
+from tests.helpers import ALICE
 
 
 class Tracked:
@@ -231,8 +232,8 @@ async def test_items_from_another_thread_are_delivered_on_the_loop() -> None:
 
 
 async def test_a_live_query_of_the_mesh_under_async_for() -> None:
-    mesh, alice = Mesh(), AccessContext(user="alice")
-    await mesh.create(MeshNode(path="shop/orders/1", node_type="Order", content={}), access=alice)
+    mesh = Mesh()
+    await mesh.create(MeshNode(path="shop/orders/1", node_type="Order", content={}), access=ALICE)
     orders = NodeQuery(partition="shop", node_type="Order")
     seen: list[tuple[str, list[str]]] = []
     async with asyncio.timeout(5):
@@ -240,7 +241,7 @@ async def test_a_live_query_of_the_mesh_under_async_for() -> None:
             seen.append((frame.kind.value, [n.path for n in frame.nodes]))
             if len(seen) == 1:
                 await mesh.create(
-                    MeshNode(path="shop/orders/2", node_type="Order", content={}), access=alice
+                    MeshNode(path="shop/orders/2", node_type="Order", content={}), access=ALICE
                 )
             else:
                 break

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "cache.py"
-
-
-def _load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rxmesh_bench_cache", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_bench
 
 
 def test_the_cache_bench_opens_one_upstream_for_every_subscriber() -> None:
-    row = _load_bench().measure(subscribers=200, repeats=3)
+    row = load_bench("cache").measure(subscribers=200, repeats=3)
 
     assert row["subscribers"] == 200
     assert row["upstream_subscriptions"] == 1
@@ -33,7 +21,7 @@ def test_the_cache_bench_opens_one_upstream_for_every_subscriber() -> None:
 
 
 def test_the_cache_bench_prints_one_json_line(capsys: pytest.CaptureFixture[str]) -> None:
-    _load_bench().main(["cache.py", "100", "1"])
+    load_bench("cache").main(["cache.py", "100", "1"])
 
     (line,) = capsys.readouterr().out.splitlines()
     assert json.loads(line)["bench"] == "cache"
@@ -42,7 +30,7 @@ def test_the_cache_bench_prints_one_json_line(capsys: pytest.CaptureFixture[str]
 @pytest.mark.postgres
 async def test_the_live_query_bench_runs_end_to_end_at_a_tiny_size(pg_dsn: str) -> None:
     """Every live-query line at 300 rows with one and two writers (no timing is asserted)."""
-    lines = await _load_bench().measure_live(
+    lines = await load_bench("cache").measure_live(
         pg_dsn, rows=(300,), writers=(1, 2), seconds=0.3, repeat=2
     )
 

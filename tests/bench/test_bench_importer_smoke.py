@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests.helpers import load_bench
+
 pytestmark = pytest.mark.postgres
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "importer.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_importer", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_importer_bench_compares_rxmesh_import_with_a_raw_copy(
     pg_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bench = _load()
+    bench = load_bench("importer")
     results = bench.main(["--dsn", pg_dsn, "--rows", "300", "--repeat", "1", "--window", "100"])
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines == results

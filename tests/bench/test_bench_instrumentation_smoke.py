@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "instrumentation.py"
-
-
-def _load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rxmesh_bench_instrumentation", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_bench
 
 
 def test_the_instrumentation_bench_prints_every_row(capsys: pytest.CaptureFixture[str]) -> None:
-    _load_bench().main(["--items", "2000", "--creates", "20", "--repeat", "2"])
+    load_bench("instrumentation").main(["--items", "2000", "--creates", "20", "--repeat", "2"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["measure"], r.get("operator")) for r in rows] == [
         ("guard", None),

@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "ledger.py"
-
-
-def _load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rxmesh_bench_ledger", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_bench
 
 
 def test_the_record_measure_compares_the_ledger_with_the_raw_loop(tmp_path: Path) -> None:
-    row = _load_bench().measure_records(20, 1, str(tmp_path))
+    row = load_bench("ledger").measure_records(20, 1, str(tmp_path))
 
     assert row["measure"] == "record"
     assert row["intents"] == 20
@@ -36,7 +25,7 @@ def test_the_record_measure_compares_the_ledger_with_the_raw_loop(tmp_path: Path
 def test_the_group_commit_measure_compares_sync_records_with_awaited_ones(
     tmp_path: Path,
 ) -> None:
-    row = _load_bench().measure_group_commit(30, 10, 2, str(tmp_path))
+    row = load_bench("ledger").measure_group_commit(30, 10, 2, str(tmp_path))
 
     assert row["measure"] == "group_commit"
     assert (row["intents"], row["in_flight"]) == (30, 10)
@@ -48,7 +37,7 @@ def test_the_group_commit_measure_compares_sync_records_with_awaited_ones(
 
 
 def test_the_loop_steps_measure_reports_each_scenario_and_the_control(tmp_path: Path) -> None:
-    row = _load_bench().measure_loop_steps(20, 50, 5, str(tmp_path))
+    row = load_bench("ledger").measure_loop_steps(20, 50, 5, str(tmp_path))
 
     assert row["measure"] == "loop_steps"
     assert [s["scenario"] for s in row["scenarios"]] == [
@@ -63,7 +52,7 @@ def test_the_loop_steps_measure_reports_each_scenario_and_the_control(tmp_path: 
 
 
 def test_the_recovery_measure_settles_every_intent_or_says_why_it_was_skipped() -> None:
-    row = _load_bench().measure_recovery(30)
+    row = load_bench("ledger").measure_recovery(30)
 
     assert row["measure"] == "recovery"
     if row.get("skipped"):
@@ -76,7 +65,7 @@ def test_the_recovery_measure_settles_every_intent_or_says_why_it_was_skipped() 
 
 @pytest.mark.parametrize("verb", ["update", "delete", "move"])
 def test_the_verb_recovery_measure_lands_every_intent(verb: str) -> None:
-    row = _load_bench().measure_verb_recovery(verb, 20)
+    row = load_bench("ledger").measure_verb_recovery(verb, 20)
 
     assert row["measure"] == f"recovery_{verb}"
     assert row["direct_applied"] == 20
@@ -87,7 +76,7 @@ def test_the_verb_recovery_measure_lands_every_intent(verb: str) -> None:
 def test_the_ledger_bench_prints_json_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _load_bench().main(
+    load_bench("ledger").main(
         [
             "ledger.py",
             "--records",
@@ -125,7 +114,7 @@ def test_the_ledger_bench_prints_json_lines(
 def test_without_a_mesh_the_recovery_line_is_skipped_with_a_note(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    bench = _load_bench()
+    bench = load_bench("ledger")
     monkeypatch.setattr(bench, "_real_mesh", lambda: (None, "rxmesh.mesh not importable: test"))
 
     row = bench.measure_recovery(10)

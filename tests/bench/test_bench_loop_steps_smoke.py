@@ -3,32 +3,16 @@ no step duration is asserted)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
+
+from tests.helpers import load_bench
 
 pytestmark = pytest.mark.postgres
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load() -> ModuleType:
-    sys.path.insert(0, str(BENCH))  # it imports bench/ledger.py's measures
-    try:
-        spec = importlib.util.spec_from_file_location("bench_loop_steps", BENCH / "loop_steps.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
-
 
 def test_the_loop_steps_bench_runs_every_scenario_and_answers_every_request(pg_dsn: str) -> None:
-    floor, *rows = _load().measure(pg_dsn, creates=20, bulk=50, retry_delays=(0.01, 0.02))
+    bench = load_bench("loop_steps")
+    floor, *rows = bench.measure(pg_dsn, creates=20, bulk=50, retry_delays=(0.01, 0.02))
     assert floor["measure"] == "full_pass_floor" and "scenario" not in floor
     assert floor["tracked_objects"] > 0 and floor["full_pass_ms"] >= 0.0
     assert [row["scenario"] for row in rows] == [

@@ -3,31 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests.helpers import load_bench
+
 pytestmark = pytest.mark.postgres
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "mesh.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_mesh", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 async def test_the_mesh_bench_prints_every_figure_against_its_baseline(
     pg_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bench = _load()
+    bench = load_bench("mesh")
     args = argparse.Namespace(
         dsn=pg_dsn, creates=20, memory=50, reads=20, concurrency=4, repeat=1
     )

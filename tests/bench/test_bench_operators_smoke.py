@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "operators.py"
-
-
-def _load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rxmesh_bench_operators", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_bench
 
 
 def test_the_operators_bench_measures_every_operator_on_a_small_n() -> None:
-    rows = _load_bench().measure(n=10_000, repeats=1)
+    rows = load_bench("operators").measure(n=10_000, repeats=1)
 
     assert [row["operator"] for row in rows] == [
         "passthrough",
@@ -41,7 +29,7 @@ def test_the_operators_bench_measures_every_operator_on_a_small_n() -> None:
 
 
 def test_the_operators_bench_prints_json_lines(capsys: pytest.CaptureFixture[str]) -> None:
-    _load_bench().main(["operators.py", "2000", "1"])
+    load_bench("operators").main(["operators.py", "2000", "1"])
 
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4

@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests.helpers import load_bench
+
 pytestmark = pytest.mark.postgres
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "stores.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_stores", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 async def test_the_stores_bench_prints_ratios_against_raw_baselines(
     pg_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bench = _load()
+    bench = load_bench("stores")
     args = ["--dsn", pg_dsn, "--rows", "2000", "--repeat", "1", "--notifies", "50"]
     args += ["--mesh-creates", "10", "--concurrency", "5"]
     results = await bench.main(args)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -46,6 +48,17 @@ def _terminal_arm(exc: BaseException) -> StoreUnreachableReport:
     )
 
 
+@contextmanager
+def _monitoring(clock: FakeClock, loop: FakeLoop) -> Iterator[LoopStallMonitor]:
+    """A stall monitor on the fake loop, stopped after."""
+    monitor = LoopStallMonitor(clock=clock)
+    monitor.start(loop=loop)  # type: ignore[arg-type]
+    try:
+        yield monitor
+    finally:
+        monitor.stop()
+
+
 def _stall(monitor: LoopStallMonitor, clock: FakeClock, loop: FakeLoop, late: float) -> None:
     clock.advance(1.0 + late)
     loop.fire()
@@ -80,14 +93,10 @@ def test_no_monitor_means_no_adjacency() -> None:
 def test_a_stall_ending_within_the_shadow_is_adjacent(
     clock: FakeClock, fake_loop: FakeLoop
 ) -> None:
-    monitor = LoopStallMonitor(clock=clock)
-    monitor.start(loop=fake_loop)  # type: ignore[arg-type]
-    try:
+    with _monitoring(clock, fake_loop) as monitor:
         _stall(monitor, clock, fake_loop, late=3.2)
         clock.advance(0.3)
         adjacency = stall_adjacency()
-    finally:
-        monitor.stop()
     assert adjacency is not None
     assert adjacency.duration == pytest.approx(3.2)
     assert adjacency.ended_before == pytest.approx(0.3)
@@ -110,17 +119,13 @@ def test_the_shadow_is_five_seconds_inclusive(
 
 
 def test_the_stall_closest_before_the_fault_is_named(clock: FakeClock, fake_loop: FakeLoop) -> None:
-    monitor = LoopStallMonitor(clock=clock)
-    monitor.start(loop=fake_loop)  # type: ignore[arg-type]
-    try:
+    with _monitoring(clock, fake_loop) as monitor:
         _stall(monitor, clock, fake_loop, late=9.0)
         _stall(monitor, clock, fake_loop, late=0.0)  # an on-time tick in between
         _stall(monitor, clock, fake_loop, late=2.5)  # ends 0.0 s before "now"
         adjacency = stall_adjacency()
         # a fault timed before the last stall ended is not blamed on it
         earlier = stall_adjacency(at=clock.now - 2.0)
-    finally:
-        monitor.stop()
     assert adjacency is not None
     assert adjacency.duration == pytest.approx(2.5)
     assert adjacency.ended_before == 0.0
@@ -171,14 +176,10 @@ async def test_the_monitor_of_the_running_loop_is_asked_before_others(
 def test_the_report_logs_at_error_with_the_event_and_the_adjacency_bound(
     clock: FakeClock, fake_loop: FakeLoop, rxmesh_log: SerializedLog
 ) -> None:
-    monitor = LoopStallMonitor(clock=clock)
-    monitor.start(loop=fake_loop)  # type: ignore[arg-type]
-    try:
+    with _monitoring(clock, fake_loop) as monitor:
         _stall(monitor, clock, fake_loop, late=3.2)
         clock.advance(0.3)
         report = _terminal_arm(_connect_fault())
-    finally:
-        monitor.stop()
     expected = (
         f"{MESSAGE}; this process's event loop stalled 3.2 s, ending 0.3 s before this fault "
         "— check this process before the database"
@@ -204,13 +205,9 @@ def test_the_report_logs_at_error_with_the_event_and_the_adjacency_bound(
 def test_a_report_without_a_preceding_stall_carries_no_adjacency(
     clock: FakeClock, fake_loop: FakeLoop, rxmesh_log: SerializedLog
 ) -> None:
-    monitor = LoopStallMonitor(clock=clock)
-    monitor.start(loop=fake_loop)  # type: ignore[arg-type]
-    try:
+    with _monitoring(clock, fake_loop) as monitor:
         _stall(monitor, clock, fake_loop, late=0.5)  # late, but not a stall
         report = _terminal_arm(_connect_fault())
-    finally:
-        monitor.stop()
     assert report == StoreUnreachableReport(text=MESSAGE, adjacency=None)
     (record,) = rxmesh_log.records()
     assert record["message"] == MESSAGE

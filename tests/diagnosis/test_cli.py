@@ -11,7 +11,7 @@ from loguru import logger
 
 from rxmesh import cli
 from rxmesh.diagnosis import report_store_unreachable
-from tests.diagnosis import logs
+from tests.diagnosis import _logs as logs
 
 
 @pytest.fixture

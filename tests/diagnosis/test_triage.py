@@ -7,7 +7,7 @@ import math
 import pytest
 
 from rxmesh.diagnosis import MalformedLine, format_triage, triage
-from tests.diagnosis import logs
+from tests.diagnosis import _logs as logs
 
 
 def test_timeouts_clustered_after_stalls_read_as_process_side() -> None:

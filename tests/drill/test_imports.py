@@ -6,9 +6,8 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 PROBE = """
 import sys

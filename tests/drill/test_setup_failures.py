@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
 import pytest
@@ -21,8 +20,7 @@ from rxmesh import cli
 from rxmesh.drill import _runner as runner
 from rxmesh.drill import run_drill
 from rxmesh.exceptions import DrillSetupError
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 
 def one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

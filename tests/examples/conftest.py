@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -17,16 +16,9 @@ import httpx
 import pytest
 
 from rxmesh.testing import FaultProxy
+from tests.helpers import ROOT, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
 PARTITION = "shop"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

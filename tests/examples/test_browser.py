@@ -22,8 +22,9 @@ import pytest
 import websockets
 
 from tests.conftest import IN_CI
+from tests.helpers import free_port
 
-from .conftest import PARTITION, Service, free_port
+from .conftest import PARTITION, Service
 from .test_service import create
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

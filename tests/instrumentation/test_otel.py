@@ -15,7 +15,7 @@ from rxmesh import instrumentation
 from rxmesh.instrumentation.otel import OpenTelemetryInstrument
 from rxmesh.operators._ladder import Ladder
 from rxmesh.testing import unreachable_error
-from tests.instrumentation.outage import RETRIES_PER_GIVE_UP, run_outage
+from tests.instrumentation._outage import RETRIES_PER_GIVE_UP, run_outage
 
 STALL = "this process's event loop stalled 3.2 s, ending 0.3 s before this fault"
 

@@ -11,8 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from rxmesh import CreateNodeRequest, instrumentation
 from rxmesh.aio import first_value
 from rxmesh.instrumentation.prometheus import PrometheusInstrument
-from tests.instrumentation.outage import RETRIES_PER_GIVE_UP, Accounting, doc, run_outage
-from tests.mesh.conftest import ALICE, make_mesh
+from tests.helpers import ALICE, doc
+from tests.instrumentation._outage import RETRIES_PER_GIVE_UP, Accounting, run_outage
+from tests.mesh.conftest import make_mesh
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -13,7 +13,7 @@ from rxmesh.health import HealthCheckResult, HealthRegistry, HealthStatus
 from rxmesh.instrumentation import _seam
 from rxmesh.operators._ladder import Ladder
 from rxmesh.testing._fault_store import unreachable_error
-from tests.conftest import LogRecords
+from tests.helpers import LogRecords
 from tests.instrumentation.conftest import Recorder
 
 

@@ -4,35 +4,21 @@ land once after a real outage of a private cluster."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlparse
 
 import asyncpg
 import pytest
 
-from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh import CreateNodeRequest, Mesh, RejectionReason, Verdict
 from rxmesh.aio import first_value
 from rxmesh.ledger import PendingWriteLedger, read_journal
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy, TemporaryPostgresCluster
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, Outcomes, doc
 
 pytestmark = pytest.mark.postgres
 
-ALICE = AccessContext(user="alice")
 FAST = (0.01, 0.01, 0.01)
-
-
-def doc(path: str, **content: object) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
-
-
-@pytest.fixture
-async def proxy(pg_dsn: str) -> AsyncIterator[FaultProxy]:
-    target = urlparse(pg_dsn)
-    async with FaultProxy(target.hostname or "127.0.0.1", target.port or 5432) as running:
-        yield running
 
 
 async def count_rows(dsn: str, schema: str, path: str) -> int:

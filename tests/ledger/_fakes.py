@@ -1,9 +1,11 @@
-"""A small fake of the mesh interface the recovery uses: evidence subject and a recorded create."""
+"""What the ledger tests build on: a small fake of the mesh interface the recovery uses (evidence
+subject and a recorded create), intents, and what a new process would load from a journal."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,7 +14,7 @@ from reactivex import Observable
 from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
-from rxmesh.ledger import PendingWrite
+from rxmesh.ledger import PendingWrite, PendingWriteLedger
 from rxmesh.model import AccessContext, ChangeFeedGap, CommitAnnounced, MeshNode, StoreEvidence
 from rxmesh.operations import CreateNodeRequest, CreateNodeResponse, RejectionReason
 
@@ -96,3 +98,12 @@ def make_intent(
         access=AccessContext(user=user, on_behalf_of="svc-import"),
         request_id=request_id,
     )
+
+
+def reloaded(journal_dir: Path) -> list[tuple[str, str]]:
+    """What a new ledger over ``journal_dir`` (a new process) would re-issue: (path, request id)."""
+    ledger = PendingWriteLedger(journal_dir)
+    try:
+        return sorted((i.path, i.request_id) for i in ledger.pending())
+    finally:
+        ledger.close()

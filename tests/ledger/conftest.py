@@ -1,4 +1,4 @@
-"""Fixtures of the ledger tests: a private journal directory and captured rxmesh logs."""
+"""Fixtures of the ledger tests: a private journal directory, and every ledger closed after."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loguru import logger
 
 from rxmesh.ledger import JOURNAL_DIR_ENV, PendingWriteLedger
 
@@ -24,19 +23,6 @@ def _no_journal_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def journal_dir(tmp_path: Path) -> Path:
     """A journal directory that does not exist yet (the ledger creates it 0700)."""
     return tmp_path / "journal"
-
-
-@pytest.fixture
-def log_records() -> Iterator[list[dict[str, Any]]]:
-    """Every rxmesh log record emitted during the test (level DEBUG and up)."""
-    records: list[dict[str, Any]] = []
-    logger.enable("rxmesh")
-    handler = logger.add(lambda message: records.append(message.record), level="DEBUG")
-    try:
-        yield records
-    finally:
-        logger.remove(handler)
-        logger.disable("rxmesh")
 
 
 @pytest.fixture(autouse=True)

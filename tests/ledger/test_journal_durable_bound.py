@@ -26,7 +26,7 @@ from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
 from rxmesh.ledger._writer import Ticket
 from rxmesh.operations import Verdict
 from tests.ledger._blocking import BOUND, FdatasyncGate
-from tests.ledger._fakes import make_intent
+from tests.ledger._fakes import make_intent, reloaded
 
 SHORT = 0.05  # seconds: the gate is shut for longer, however slow the machine
 
@@ -38,15 +38,6 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> FdatasyncGate:
     monkeypatch.setattr(os, "fdatasync", gate)
     monkeypatch.setattr(os, "fsync", gate)
     return gate
-
-
-def _reloaded(journal_dir: Path) -> list[tuple[str, str]]:
-    """What a new ledger over ``journal_dir`` (a new process) would re-issue."""
-    ledger = PendingWriteLedger(journal_dir)
-    try:
-        return sorted((i.path, i.request_id) for i in ledger.pending())
-    finally:
-        ledger.close()
 
 
 def _every_byte(journal_dir: Path) -> bytes:
@@ -140,7 +131,7 @@ async def test_a_record_past_the_bound_is_answered_not_recorded_and_never_reissu
     assert health.status is HealthStatus.DEGRADED
     assert "has not returned" in health.description
     _late(ledger, gate)
-    assert _reloaded(journal_dir) == []  # the late entry was taken back
+    assert reloaded(journal_dir) == []  # the late entry was taken back
 
 
 async def test_a_record_expired_while_queued_is_never_written(
@@ -169,7 +160,7 @@ async def test_a_record_expired_while_queued_is_never_written(
     written = await asyncio.to_thread(_every_byte, journal_dir)
     assert b"acme/a" in written
     assert b"acme/b" not in written  # B's group wrote nothing
-    assert _reloaded(journal_dir) == [("acme/a", "a")]
+    assert reloaded(journal_dir) == [("acme/a", "a")]
 
 
 async def test_a_bulk_past_the_bound_records_none_of_its_nodes(
@@ -190,7 +181,7 @@ async def test_a_bulk_past_the_bound_records_none_of_its_nodes(
     assert all(isinstance(r, JournalError) for r in results)
     assert ledger.pending() == ()
     _late(ledger, gate)
-    assert _reloaded(journal_dir) == []
+    assert reloaded(journal_dir) == []
 
 
 def test_a_synchronous_record_past_the_bound_is_not_recorded(
@@ -205,7 +196,7 @@ def test_a_synchronous_record_past_the_bound_is_not_recorded(
 
     assert ledger.pending() == ()
     _late(ledger, gate)
-    assert _reloaded(journal_dir) == []  # its file, written late, was removed
+    assert reloaded(journal_dir) == []  # its file, written late, was removed
 
 
 @pytest.mark.parametrize("durably", [True, False], ids=["log", "file"])
@@ -241,7 +232,7 @@ async def test_a_replacement_past_the_bound_leaves_the_replaced_intent_standing(
     assert [i.request_id for i in ledger.pending()] == ["r1"]
     assert settled == []  # r1 was not superseded by what was not recorded
     _late(ledger, gate)
-    assert _reloaded(journal_dir) == [("acme/docs/readme", "r1")]
+    assert reloaded(journal_dir) == [("acme/docs/readme", "r1")]
 
 
 async def test_an_intent_settled_while_its_replacement_timed_out_is_not_reissued(
@@ -264,7 +255,7 @@ async def test_an_intent_settled_while_its_replacement_timed_out_is_not_reissued
             await task
     ledger.settle(taken, PendingWriteOutcome(intent=taken, verdict=Verdict.LANDED))
     _late(ledger, gate)
-    assert _reloaded(journal_dir) == []
+    assert reloaded(journal_dir) == []
 
 
 async def test_the_deadline_is_armed_on_the_loop_clock(
@@ -280,7 +271,7 @@ async def test_the_deadline_is_armed_on_the_loop_clock(
             await ledger.record_durably(make_intent())
 
     _late(ledger, gate)
-    assert _reloaded(journal_dir) == []
+    assert reloaded(journal_dir) == []
 
 
 # -- negative controls ----------------------------------------------------------------------------
@@ -303,7 +294,7 @@ async def test_a_durable_step_within_the_bound_still_records(
     assert ledger.statistics().durable_timeouts == 0
     assert ledger.statistics().journal_fault is None
     ledger.close()
-    assert _reloaded(journal_dir) == [("acme/docs/readme", "req-1")]
+    assert reloaded(journal_dir) == [("acme/docs/readme", "req-1")]
 
 
 def test_a_synchronous_record_within_the_bound_still_records(
@@ -313,7 +304,7 @@ def test_a_synchronous_record_within_the_bound_still_records(
     ledger = PendingWriteLedger(journal_dir)
     assert ledger.record(make_intent()) is True
     ledger.close()
-    assert _reloaded(journal_dir) == [("acme/docs/readme", "req-1")]
+    assert reloaded(journal_dir) == [("acme/docs/readme", "req-1")]
 
 
 @pytest.mark.parametrize("bound", [0, -1, float("inf"), float("nan"), "2"])
@@ -388,4 +379,4 @@ async def test_a_frozen_file_system_answers_every_record_within_the_bound(
             await asyncio.to_thread(_fsfreeze, "-u", frozen_capable_dir)
     finally:
         ledger.close()  # the late step returns once thawed; it is taken back
-    assert _reloaded(journal_dir) == [("acme/before", "r0")]
+    assert reloaded(journal_dir) == [("acme/before", "r0")]

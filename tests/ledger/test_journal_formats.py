@@ -14,7 +14,6 @@ import sys
 import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,18 +22,10 @@ from rxmesh.ledger._journal import Journal, encode_journal_file, journal_file_na
 from rxmesh.ledger._log import LOG_FORMAT, Log, encode_del, encode_put, segment_name
 from rxmesh.model import AccessContext, MeshNode
 from rxmesh.operations import Verdict
+from tests.helpers import ROOT, LogRecords
 from tests.ledger._fakes import make_intent
 
 FIXTURES = Path(__file__).with_name("fixtures") / "v1-journal"
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _errors(records: list[dict[str, Any]]) -> list[str]:
-    return [r["message"] for r in records if r["level"].name == "ERROR"]
-
-
-def _warnings(records: list[dict[str, Any]]) -> list[str]:
-    return [r["message"] for r in records if r["level"].name == "WARNING"]
 
 
 def _old_journal(journal_dir: Path) -> Path:
@@ -138,7 +129,7 @@ async def test_segments_are_0600_and_start_with_their_format(journal_dir: Path) 
 
 
 async def test_a_torn_last_entry_is_dropped_with_a_warning_not_quarantined(
-    journal_dir: Path, log_records: list[dict[str, Any]]
+    journal_dir: Path, log_records: LogRecords
 ) -> None:
     """What SIGKILL or a power cut leaves mid-write: a group nobody was told was recorded."""
     segment = await _logged(journal_dir, "acme/a", "acme/b")
@@ -150,12 +141,12 @@ async def test_a_torn_last_entry_is_dropped_with_a_warning_not_quarantined(
         assert ledger.statistics().quarantined == 0
     finally:
         ledger.close()
-    assert _errors(log_records) == []
-    assert any("without its newline" in w for w in _warnings(log_records))
+    assert log_records.messages("ERROR") == []
+    assert any("without its newline" in w for w in log_records.messages("WARNING"))
 
 
 async def test_an_edited_entry_is_quarantined_at_error_and_the_others_still_load(
-    journal_dir: Path, log_records: list[dict[str, Any]]
+    journal_dir: Path, log_records: LogRecords
 ) -> None:
     segment = await _logged(journal_dir, "acme/a", "acme/b", "acme/c")
     data = segment.read_bytes()
@@ -170,7 +161,7 @@ async def test_an_edited_entry_is_quarantined_at_error_and_the_others_still_load
     finally:
         ledger.close()
     assert loaded == ["acme/c"]  # the first two entries were edited (one access each)
-    errors = _errors(log_records)
+    errors = log_records.messages("ERROR")
     assert len(errors) == 2
     assert all("checksum" in e for e in errors)
     (aside,) = [journal_dir / name for name in _names(journal_dir, "*.lines.corrupt")]
@@ -179,7 +170,7 @@ async def test_an_edited_entry_is_quarantined_at_error_and_the_others_still_load
 
 
 async def test_intact_segments_are_never_quarantined(
-    journal_dir: Path, log_records: list[dict[str, Any]]
+    journal_dir: Path, log_records: LogRecords
 ) -> None:
     # Negative control of the quarantine: a clean log loads whole, twice, with no ERROR.
     await _logged(journal_dir, "acme/a", "acme/b")
@@ -190,7 +181,7 @@ async def test_intact_segments_are_never_quarantined(
             assert ledger.statistics().quarantined == 0
         finally:
             ledger.close()
-    assert _errors(log_records) == []
+    assert log_records.messages("ERROR") == []
     assert _names(journal_dir, "*.corrupt") == []
     assert len(_segments(journal_dir)) == 1  # each load replaced the log by one snapshot
 
@@ -199,7 +190,7 @@ async def test_intact_segments_are_never_quarantined(
     "header", [b"", b"garbage\n", b'{"format":"rxmesh.pending-write-log/9"}\n'], ids=str
 )
 async def test_a_segment_of_an_unknown_format_is_moved_aside_whole(
-    journal_dir: Path, log_records: list[dict[str, Any]], header: bytes
+    journal_dir: Path, log_records: LogRecords, header: bytes
 ) -> None:
     await _logged(journal_dir, "acme/good")
     alien = journal_dir / segment_name(99)
@@ -213,12 +204,12 @@ async def test_a_segment_of_an_unknown_format_is_moved_aside_whole(
     finally:
         ledger.close()
     assert (journal_dir / f"{alien.name}.corrupt").exists()
-    (error,) = _errors(log_records)
+    (error,) = log_records.messages("ERROR")
     assert alien.name in error
 
 
 def test_a_fifo_named_like_a_segment_is_quarantined_without_being_opened(
-    journal_dir: Path, log_records: list[dict[str, Any]]
+    journal_dir: Path, log_records: LogRecords
 ) -> None:
     PendingWriteLedger(journal_dir).close()
     fifo = journal_dir / segment_name(7)
@@ -229,7 +220,7 @@ def test_a_fifo_named_like_a_segment_is_quarantined_without_being_opened(
     finally:
         ledger.close()
     assert stat.S_ISFIFO(os.lstat(journal_dir / f"{fifo.name}.corrupt").st_mode)
-    assert "FIFO" in _errors(log_records)[0]
+    assert "FIFO" in log_records.messages("ERROR")[0]
 
 
 @pytest.mark.parametrize("newer", ["file", "log"])
@@ -325,7 +316,7 @@ def test_intents_answered_before_sigkill_are_all_loaded_by_the_next_process(
         """
     )
     process = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=60, check=False
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60, check=False
     )
     assert process.returncode == -signal.SIGKILL, process.stderr.decode()
     answered = set(process.stdout.decode().split())

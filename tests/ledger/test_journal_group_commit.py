@@ -23,7 +23,7 @@ from rxmesh.ledger._core import _Reservation
 from rxmesh.ledger._writer import Writer
 from rxmesh.operations import Verdict
 from tests.ledger._blocking import BOUND, FdatasyncGate
-from tests.ledger._fakes import make_intent
+from tests.ledger._fakes import make_intent, reloaded
 
 
 @pytest.fixture
@@ -44,14 +44,6 @@ def _json_files(journal_dir: Path) -> list[Path]:
     return list(journal_dir.glob("*.json"))
 
 
-def _reloaded(journal_dir: Path) -> list[tuple[str, str]]:
-    ledger = PendingWriteLedger(journal_dir)
-    try:
-        return sorted((i.path, i.request_id) for i in ledger.pending())
-    finally:
-        ledger.close()
-
-
 async def test_record_durably_returns_only_once_its_fdatasync_returned(
     ledger: PendingWriteLedger, gate: FdatasyncGate, journal_dir: Path
 ) -> None:
@@ -65,7 +57,7 @@ async def test_record_durably_returns_only_once_its_fdatasync_returned(
         assert await task is True
     assert [i.request_id for i in ledger.pending()] == ["req-1"]
     ledger.close()
-    assert _reloaded(journal_dir) == [("acme/docs/readme", "req-1")]
+    assert reloaded(journal_dir) == [("acme/docs/readme", "req-1")]
 
 
 async def test_the_loop_keeps_running_while_the_disk_is_slow(
@@ -106,7 +98,7 @@ async def test_concurrent_records_share_one_fdatasync(
     assert gate.calls - calls == 2  # the blocker's group, and ONE for the 500
     assert ledger.statistics().pending == 502
     ledger.close()
-    assert len(_reloaded(journal_dir)) == 502
+    assert len(reloaded(journal_dir)) == 502
 
 
 async def test_negative_control_sequential_records_each_pay_their_fdatasync(
@@ -140,7 +132,7 @@ async def test_a_bulk_is_one_durable_step_with_one_result_per_intent(
     assert results[2502] is False  # already pending, unchanged
     assert gate.calls - calls == 1  # one fdatasync for the whole bulk
     ledger.close()
-    paths = {path for path, _ in _reloaded(journal_dir)}
+    paths = {path for path, _ in reloaded(journal_dir)}
     assert len(paths) == 2502
     assert "acme/bad" not in paths
 
@@ -192,7 +184,7 @@ async def test_a_concurrent_replacement_by_the_same_requester_supersedes_in_orde
     stats = ledger.statistics()
     assert (stats.recorded, stats.replaced, stats.superseded) == (2, 1, 1)
     ledger.close()
-    assert _reloaded(journal_dir) == [("acme/docs/readme", "r2")]
+    assert reloaded(journal_dir) == [("acme/docs/readme", "r2")]
 
 
 async def test_an_intent_it_cannot_encode_raises_before_anything_is_written(
@@ -226,7 +218,7 @@ async def test_a_failed_fdatasync_records_nothing_frees_the_paths_and_the_next_g
     # Another requester may take the path now: the failed reservation was rolled back.
     assert await ledger.record_durably(make_intent("acme/lost", request_id="bob", user="bob"))
     ledger.close()
-    assert _reloaded(journal_dir) == [("acme/kept", "kept"), ("acme/lost", "bob")]
+    assert reloaded(journal_dir) == [("acme/kept", "kept"), ("acme/lost", "bob")]
 
 
 async def test_a_cancelled_caller_does_not_undo_the_record(
@@ -240,7 +232,7 @@ async def test_a_cancelled_caller_does_not_undo_the_record(
         await task
     gate.open()
     ledger.close()  # commits what is queued
-    assert _reloaded(journal_dir) == [("acme/docs/readme", "req-1")]
+    assert reloaded(journal_dir) == [("acme/docs/readme", "req-1")]
 
 
 async def test_a_settled_logged_intent_is_removed_from_the_log(
@@ -254,7 +246,7 @@ async def test_a_settled_logged_intent_is_removed_from_the_log(
         else:
             ledger.restore(taken)
     ledger.close()
-    assert _reloaded(journal_dir) == [("acme/b", "b")]
+    assert reloaded(journal_dir) == [("acme/b", "b")]
 
 
 async def test_close_commits_stops_the_writer_and_later_records_fail(
@@ -281,7 +273,7 @@ async def test_the_sync_record_of_a_logged_path_goes_through_the_writer_in_order
     assert ledger.record(make_intent(request_id="r2")) is True  # same requester: replaces r1
     assert _json_files(journal_dir) == []  # one copy, in the log, never in both formats
     ledger.close()
-    assert _reloaded(journal_dir) == [("acme/docs/readme", "r2")]
+    assert reloaded(journal_dir) == [("acme/docs/readme", "r2")]
 
 
 async def test_in_memory_the_awaitable_records_need_no_thread() -> None:
@@ -312,7 +304,7 @@ async def test_a_record_made_while_a_bulk_is_being_decided_lands_after_it(
     pending = {i.path: i.request_id for i in ledger.pending()}
     assert pending["acme/bulk/n0"] == "later"
     ledger.close()
-    assert dict(_reloaded(journal_dir))["acme/bulk/n0"] == "later"
+    assert dict(reloaded(journal_dir))["acme/bulk/n0"] == "later"
 
 
 async def test_closing_while_a_bulk_is_being_decided_records_none_of_it(journal_dir: Path) -> None:
@@ -325,7 +317,7 @@ async def test_closing_while_a_bulk_is_being_decided_records_none_of_it(journal_
         async with asyncio.timeout(BOUND):
             await bulk
     assert ledger.pending() == ()
-    assert _reloaded(journal_dir) == []
+    assert reloaded(journal_dir) == []
 
 
 def test_a_writer_that_ends_between_two_tickets_never_strands_the_second(
@@ -381,7 +373,7 @@ def test_a_sync_record_on_the_loop_never_waits_behind_a_bulk_that_loop_is_decidi
     assert outcome["sync"] is True
     assert outcome["bulk"] == [True] * 2500
     assert outcome["pending"] == "sync"
-    assert dict(_reloaded(journal_dir))["acme/bulk/n0"] == "sync"
+    assert dict(reloaded(journal_dir))["acme/bulk/n0"] == "sync"
 
 
 async def test_a_bulk_is_encoded_on_the_loop_500_a_step_not_by_the_writer_thread(

@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from rxmesh.exceptions import JournalError
 from rxmesh.health import HealthStatus, PendingWritesCheck
 from rxmesh.ledger import PendingWriteLedger
+from tests.helpers import LogRecords
 from tests.ledger._fakes import make_intent
 
 
@@ -32,12 +32,8 @@ def _reloaded(journal_dir: Path) -> list[str]:
         ledger.close()
 
 
-def _errors(records: list[dict[str, Any]]) -> list[str]:
-    return [str(r["message"]) for r in records if r["level"].name == "ERROR"]
-
-
 async def test_a_deleted_journal_answers_not_recorded_and_says_so_in_health(
-    journal_dir: Path, log_records: list[dict[str, Any]]
+    journal_dir: Path, log_records: LogRecords
 ) -> None:
     """Fails at 1d389e8 because record_durably returned True (durable, in a deleted directory)
     and the new ledger over the path found nothing."""
@@ -49,7 +45,8 @@ async def test_a_deleted_journal_answers_not_recorded_and_says_so_in_health(
         await ledger.record_durably(make_intent("acme/after", request_id="r1"))
 
     assert [i.path for i in ledger.pending()] == ["acme/before"]  # only what was recorded
-    assert any("was deleted" in text and "NOT recorded" in text for text in _errors(log_records))
+    errors = log_records.messages("ERROR")
+    assert any("was deleted" in text and "NOT recorded" in text for text in errors)
     health = PendingWritesCheck(ledger)()
     assert health.status is HealthStatus.UNHEALTHY
     assert "was deleted" in health.description

@@ -9,21 +9,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
 from rxmesh.ledger._journal import journal_file_name
-from rxmesh.model import AccessContext
 from rxmesh.operations import Verdict
+from tests.helpers import ALICE, ROOT, LogRecords
 from tests.ledger._fakes import make_intent
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _errors(records: list[dict[str, Any]]) -> list[str]:
-    return [r["message"] for r in records if r["level"].name == "ERROR"]
 
 
 def test_a_new_ledger_over_the_same_journal_loads_the_intent(journal_dir: Path) -> None:
@@ -73,18 +66,18 @@ def test_an_intent_recorded_just_before_sigkill_is_loaded_by_the_next_process(
         """
     )
     process = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=60, check=False
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60, check=False
     )
     assert process.returncode == -signal.SIGKILL, process.stderr.decode()
 
     (intent,) = PendingWriteLedger(journal_dir).pending()
     assert intent.path == "acme/crash/doc"
     assert intent.request_id == "req-crash"
-    assert intent.access == AccessContext(user="alice")
+    assert intent.access == ALICE
 
 
 def test_a_torn_file_is_quarantined_reported_at_error_and_the_others_still_load(
-    journal_dir: Path, log_records: list[dict[str, Any]]
+    journal_dir: Path, log_records: LogRecords
 ) -> None:
     ledger = PendingWriteLedger(journal_dir)
     for path in ("acme/a", "acme/b", "acme/c"):
@@ -98,14 +91,14 @@ def test_a_torn_file_is_quarantined_reported_at_error_and_the_others_still_load(
     assert [i.path for i in restarted.pending()] == ["acme/a", "acme/c"]
     assert not torn.exists()
     assert (journal_dir / f"{torn.name}.corrupt").read_bytes() == data[: len(data) // 2]
-    (error,) = _errors(log_records)
+    (error,) = log_records.messages("ERROR")
     assert torn.name in error
     assert "torn" in error
     assert restarted.statistics().quarantined == 1
 
 
 def test_an_edited_file_fails_its_checksum_and_is_quarantined(
-    journal_dir: Path, log_records: list[dict[str, Any]]
+    journal_dir: Path, log_records: LogRecords
 ) -> None:
     PendingWriteLedger(journal_dir).record(make_intent())
     target = journal_dir / journal_file_name("acme/docs/readme")
@@ -114,7 +107,7 @@ def test_an_edited_file_fails_its_checksum_and_is_quarantined(
     target.write_text(json.dumps(document))
 
     assert PendingWriteLedger(journal_dir).pending() == ()
-    (error,) = _errors(log_records)
+    (error,) = log_records.messages("ERROR")
     assert target.name in error
     assert "checksum" in error
 
@@ -129,7 +122,7 @@ def test_an_edited_file_fails_its_checksum_and_is_quarantined(
     ],
 )
 def test_an_unreadable_or_invalid_file_is_quarantined(
-    journal_dir: Path, log_records: list[dict[str, Any]], content: bytes, why: str
+    journal_dir: Path, log_records: LogRecords, content: bytes, why: str
 ) -> None:
     PendingWriteLedger(journal_dir).record(make_intent("acme/good"))
     bad = journal_dir / journal_file_name("acme/bad")
@@ -138,14 +131,14 @@ def test_an_unreadable_or_invalid_file_is_quarantined(
     ledger = PendingWriteLedger(journal_dir)
 
     assert [i.path for i in ledger.pending()] == ["acme/good"]
-    (error,) = _errors(log_records)
+    (error,) = log_records.messages("ERROR")
     assert bad.name in error
     assert why in error
     assert (journal_dir / f"{bad.name}.corrupt").exists()
 
 
 def test_a_file_renamed_to_another_paths_hash_is_quarantined(
-    journal_dir: Path, log_records: list[dict[str, Any]]
+    journal_dir: Path, log_records: LogRecords
 ) -> None:
     PendingWriteLedger(journal_dir).record(make_intent("acme/one"))
     os.rename(
@@ -153,12 +146,12 @@ def test_a_file_renamed_to_another_paths_hash_is_quarantined(
     )
 
     assert PendingWriteLedger(journal_dir).pending() == ()
-    (error,) = _errors(log_records)
+    (error,) = log_records.messages("ERROR")
     assert "does not match" in error
 
 
 def test_a_symlink_in_the_journal_is_quarantined_not_followed(
-    journal_dir: Path, tmp_path: Path, log_records: list[dict[str, Any]]
+    journal_dir: Path, tmp_path: Path, log_records: LogRecords
 ) -> None:
     PendingWriteLedger(journal_dir).record(make_intent("acme/one"))
     elsewhere = tmp_path / "elsewhere.json"
@@ -166,12 +159,12 @@ def test_a_symlink_in_the_journal_is_quarantined_not_followed(
     os.symlink(elsewhere, journal_dir / journal_file_name("acme/one"))
 
     assert PendingWriteLedger(journal_dir).pending() == ()
-    assert len(_errors(log_records)) == 1
+    assert len(log_records.messages("ERROR")) == 1
     assert elsewhere.exists()  # the target is left alone
 
 
 def test_intact_files_are_never_quarantined(
-    journal_dir: Path, log_records: list[dict[str, Any]]
+    journal_dir: Path, log_records: LogRecords
 ) -> None:
     # Negative control of the quarantine: good files load, no ERROR, nothing moved aside.
     ledger = PendingWriteLedger(journal_dir)
@@ -181,7 +174,7 @@ def test_intact_files_are_never_quarantined(
     restarted = PendingWriteLedger(journal_dir)
 
     assert len(restarted.pending()) == 2
-    assert _errors(log_records) == []
+    assert log_records.messages("ERROR") == []
     assert not any(name.endswith(".corrupt") for name in os.listdir(journal_dir))
 
 

@@ -20,15 +20,12 @@ import pytest
 
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.ledger._journal import journal_file_name
+from tests.helpers import LogRecords
 from tests.ledger._fakes import make_intent
 
 BOUND = 10.0  # seconds; a load of a few files takes milliseconds
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
-
-
-def _errors(records: list[dict[str, Any]]) -> list[str]:
-    return [r["message"] for r in records if r["level"].name == "ERROR"]
 
 
 def _unblock(fifo: Path) -> None:
@@ -87,7 +84,7 @@ def opened_names(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 
 def test_a_fifo_named_like_a_journal_file_is_quarantined_without_blocking(
-    with_good_intent: Path, log_records: list[dict[str, Any]]
+    with_good_intent: Path, log_records: LogRecords
 ) -> None:
     """FAILS against the old code: its load blocked in ``os.open`` on the FIFO, for ever."""
     fifo = with_good_intent / journal_file_name("acme/fifo")
@@ -99,7 +96,7 @@ def test_a_fifo_named_like_a_journal_file_is_quarantined_without_blocking(
     assert ledger.statistics().quarantined == 1
     assert not os.path.lexists(fifo)
     assert stat.S_ISFIFO(os.lstat(with_good_intent / f"{fifo.name}.corrupt").st_mode)
-    (error,) = _errors(log_records)
+    (error,) = log_records.messages("ERROR")
     assert fifo.name in error
     assert "FIFO" in error
 
@@ -153,7 +150,7 @@ def _socket(path: Path) -> Callable[[], None]:
 )
 def test_a_journal_name_that_is_not_a_regular_file_is_quarantined_without_being_opened(
     with_good_intent: Path,
-    log_records: list[dict[str, Any]],
+    log_records: LogRecords,
     opened_names: list[str],
     make: Callable[[Path], Callable[[], None]],
     kind: str,
@@ -173,7 +170,7 @@ def test_a_journal_name_that_is_not_a_regular_file_is_quarantined_without_being_
     assert journal_file_name("acme/good") in opened_names  # negative control: it was read
     assert [i.path for i in ledger.pending()] == ["acme/good"]
     assert os.path.lexists(with_good_intent / f"{odd.name}.corrupt")
-    (error,) = _errors(log_records)
+    (error,) = log_records.messages("ERROR")
     assert odd.name in error
     assert f"not a regular file but a {kind}" in error
 
@@ -194,7 +191,7 @@ def test_a_fifo_named_like_a_temp_file_is_removed_without_blocking(
 
 @needs_root
 def test_a_journal_file_owned_by_another_uid_is_quarantined_unread(
-    with_good_intent: Path, log_records: list[dict[str, Any]], opened_names: list[str]
+    with_good_intent: Path, log_records: LogRecords, opened_names: list[str]
 ) -> None:
     """A guard of the ownership rule (the old code quarantined it too); only the "never opened"
     assertion FAILS against the old code, which opened the file before looking."""
@@ -207,5 +204,5 @@ def test_a_journal_file_owned_by_another_uid_is_quarantined_unread(
 
     assert foreign.name not in opened_names
     assert [i.path for i in ledger.pending()] == ["acme/good"]
-    (error,) = _errors(log_records)
+    (error,) = log_records.messages("ERROR")
     assert "owned by uid 12345" in error

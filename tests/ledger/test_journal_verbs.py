@@ -10,10 +10,9 @@ from pathlib import Path
 
 from rxmesh.ledger import PendingWrite, PendingWriteLedger, PendingWriteOutcome
 from rxmesh.ledger._journal import journal_file_name
-from rxmesh.model import AccessContext, MeshNode
+from rxmesh.model import MeshNode
 from rxmesh.operations import Verdict
-
-ALICE = AccessContext(user="alice")
+from tests.helpers import ALICE
 
 
 def intent(origin: str, request_id: str, **fields: object) -> PendingWrite:

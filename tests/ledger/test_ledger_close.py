@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rxmesh import AccessContext, Mesh, MeshNode
+from rxmesh import Mesh, MeshNode
 from rxmesh.exceptions import JournalError
 from rxmesh.ledger import JOURNAL_DIR_ENV, PendingWrite, PendingWriteLedger
 from rxmesh.providers.memory import InMemoryStore
+from tests.helpers import ALICE
 
 
 def open_directories(target: Path) -> int:
@@ -30,7 +31,7 @@ def intent(path: str = "p/a") -> PendingWrite:
     return PendingWrite(
         node=MeshNode(path=path, content={}),
         requester="alice",
-        access=AccessContext(user="alice"),
+        access=ALICE,
         request_id="r1",
     )
 

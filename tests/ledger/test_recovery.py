@@ -19,6 +19,7 @@ from rxmesh.ledger import (
     outcome_of,
 )
 from rxmesh.operations import CreateNodeResponse, RejectionReason, Verdict
+from tests.helpers import LogRecords
 from tests.ledger._fakes import FakeMesh, landed, make_intent, refused
 
 
@@ -157,7 +158,7 @@ def test_a_success_without_a_reason_is_landed_and_a_failure_without_one_is_dropp
 
 
 def test_a_dropped_reissue_is_a_warning_naming_the_path_and_the_writer(
-    log_records: list[dict[str, Any]],
+    log_records: LogRecords,
 ) -> None:
     ledger = PendingWriteLedger()
     ledger.record(make_intent("acme/contracts/c-17", user="bob"))
@@ -166,7 +167,7 @@ def test_a_dropped_reissue_is_a_warning_naming_the_path_and_the_writer(
     with PendingWriteRecovery(mesh, ledger):
         mesh.declare_gap()
 
-    warnings = [r["message"] for r in log_records if r["level"].name == "WARNING"]
+    warnings = [r["message"] for r in log_records if r["level"] == "WARNING"]
     (warning,) = [w for w in warnings if "DROPPED" in w]
     assert "acme/contracts/c-17" in warning
     assert "bob" in warning
@@ -174,7 +175,7 @@ def test_a_dropped_reissue_is_a_warning_naming_the_path_and_the_writer(
 
 
 def test_a_landed_reissue_is_logged_at_info_not_warning(
-    log_records: list[dict[str, Any]],
+    log_records: LogRecords,
 ) -> None:
     ledger = PendingWriteLedger()
     ledger.record(make_intent())
@@ -184,8 +185,8 @@ def test_a_landed_reissue_is_logged_at_info_not_warning(
         mesh.declare_gap()
 
     settled = [r for r in log_records if "settled LANDED" in r["message"]]
-    assert [r["level"].name for r in settled] == ["INFO"]
-    assert not [r for r in log_records if r["level"].name in {"WARNING", "ERROR"}]
+    assert [r["level"] for r in settled] == ["INFO"]
+    assert not [r for r in log_records if r["level"] in {"WARNING", "ERROR"}]
 
 
 def test_a_second_evidence_does_not_reissue_a_settled_intent() -> None:
@@ -260,7 +261,7 @@ def test_recording_the_intent_being_reissued_does_not_record_it_again(journal_di
 
 
 def test_a_reissue_that_errors_is_dropped_unknown_and_reported_at_error(
-    log_records: list[dict[str, Any]],
+    log_records: LogRecords,
 ) -> None:
     ledger = PendingWriteLedger()
     ledger.record(make_intent())
@@ -276,7 +277,7 @@ def test_a_reissue_that_errors_is_dropped_unknown_and_reported_at_error(
     (outcome,) = seen
     assert (outcome.verdict, outcome.reason) == (Verdict.DROPPED, RejectionReason.UNKNOWN)
     assert "RuntimeError: boom" in outcome.detail
-    assert any(r["level"].name == "ERROR" and "boom" in r["message"] for r in log_records)
+    assert any(r["level"] == "ERROR" and "boom" in r["message"] for r in log_records)
 
 
 def test_a_reissue_that_completes_without_an_answer_is_dropped_unknown() -> None:
@@ -393,7 +394,7 @@ def test_settling_an_intent_twice_is_refused() -> None:
 
 
 def test_a_file_that_cannot_be_deleted_still_publishes_the_verdict_and_reports_at_error(
-    journal_dir: Path, monkeypatch: pytest.MonkeyPatch, log_records: list[dict[str, Any]]
+    journal_dir: Path, monkeypatch: pytest.MonkeyPatch, log_records: LogRecords
 ) -> None:
     ledger = PendingWriteLedger(journal_dir)
     ledger.record(make_intent())
@@ -410,7 +411,7 @@ def test_a_file_that_cannot_be_deleted_still_publishes_the_verdict_and_reports_a
 
     assert [o.verdict for o in seen] == [Verdict.LANDED]
     assert any(
-        r["level"].name == "ERROR" and "re-issue it again" in r["message"] for r in log_records
+        r["level"] == "ERROR" and "re-issue it again" in r["message"] for r in log_records
     )
     assert len(PendingWriteLedger(journal_dir).pending()) == 1  # the next process re-issues it
 

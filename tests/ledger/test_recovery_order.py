@@ -16,10 +16,10 @@ from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
 from rxmesh.ledger import PendingWrite, PendingWriteLedger, PendingWriteRecovery
-from rxmesh.model import AccessContext, ChangeFeedGap, MeshNode, StoreEvidence
+from rxmesh.model import ChangeFeedGap, MeshNode, StoreEvidence
 from rxmesh.operations import CreateNodeResponse, NodeOperationResponse
+from tests.helpers import ALICE
 
-ALICE = AccessContext(user="alice")
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 EARLIER = NOW - timedelta(seconds=2)  # the clock stepped back between the two requests
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -19,13 +18,14 @@ from rxmesh import Mesh
 from rxmesh.cache import DEFAULT_IDLE_GRACE
 from rxmesh.model import MeshNode, NodeQuery
 from rxmesh.providers import InMemoryStore
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[2] / "rxmesh"
+PACKAGE = ROOT / "rxmesh"
 LIVE_CODE = {
-    str(ROOT / "cache" / "__init__.py"): None,
-    str(ROOT / "cache" / "_snapshot.py"): None,
-    str(ROOT / "operators" / "_fan_in.py"): None,
-    str(ROOT / "providers" / "memory.py"): {"apply", "on_commit"},  # the query's own closures
+    str(PACKAGE / "cache" / "__init__.py"): None,
+    str(PACKAGE / "cache" / "_snapshot.py"): None,
+    str(PACKAGE / "operators" / "_fan_in.py"): None,
+    str(PACKAGE / "providers" / "memory.py"): {"apply", "on_commit"},  # the query's own closures
 }
 QUERY = NodeQuery(partition="p")
 

@@ -19,18 +19,17 @@ from typing import Any
 import asyncpg
 import pytest
 
-from rxmesh import AccessContext, Mesh, MeshNode
+from rxmesh import Mesh, MeshNode
 from rxmesh.aio import first_value
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import NodeQuery, QueryFrame
 from rxmesh.operations import RejectionReason
 from rxmesh.providers.postgres import PostgresStore
-from tests.conftest import LogRecords
+from tests.helpers import ALICE, LogRecords
 from tests.providers.conftest import Recorder
 from tests.providers.postgres.kinds import started
 
 WAIT = 10.0
-ALICE = AccessContext(user="alice")
 OUT_OF_RANGE = {
     "p/year-10000": "10000-01-01 00:00:00+00",
     "p/bc": "4713-01-01 00:00:00+00 BC",

@@ -14,20 +14,13 @@ import pytest
 from rxmesh.aio import first_value
 from rxmesh.model import ChangeFeedGap, FrameKind, MeshNode, NodeQuery, QueryFrame
 from rxmesh.providers.postgres import PostgresStore
+from tests.helpers import until
 from tests.providers.conftest import Recorder
 from tests.providers.postgres.kinds import started
 
 pytestmark = pytest.mark.postgres
 
 WAIT = 10.0
-
-
-async def _until(predicate: object, timeout: float = WAIT) -> None:
-    """Poll a real server's state (bounded); never a bare sleep for a fixed time."""
-    assert callable(predicate)
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110 - a real server's state, bounded above
-            await asyncio.sleep(0.005)
 
 
 async def _sql(dsn: str, statement: str, *args: object) -> None:
@@ -91,7 +84,7 @@ async def _gap(store: PostgresStore, dsn: str, gaps: Recorder[ChangeFeedGap], mi
     pid = store.feed_backend_pid
     assert pid is not None
     await _sql(dsn, "SELECT pg_terminate_backend($1)", pid)
-    await _until(lambda: store.feed_backend_pid != pid)
+    await until(lambda: store.feed_backend_pid != pid)
     await _sql(
         dsn,
         f'INSERT INTO "{store.schema_of("p")}".nodes (path, version) VALUES ($1, 1)',
@@ -189,7 +182,7 @@ async def test_a_gap_re_select_reports_rows_changed_removed_and_recreated_meanwh
             pid = store.feed_backend_pid
             assert pid is not None
             await _sql(pg_dsn, "SELECT pg_terminate_backend($1)", pid)
-            await _until(lambda: store.feed_backend_pid != pid)
+            await until(lambda: store.feed_backend_pid != pid)
             table = f'"{store.schema_of("p")}".nodes'
             await _sql(
                 pg_dsn,

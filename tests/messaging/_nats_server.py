@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
 
-__all__ = ["PrivateNatsServer", "find_nats_server", "free_port", "require_nats_server"]
+from tests.helpers import free_port
+
+__all__ = ["PrivateNatsServer", "find_nats_server", "require_nats_server"]
 
 READY_WITHIN = 10.0
 """Seconds a starting server may take to log "Server is ready"."""
@@ -43,14 +44,6 @@ def require_nats_server() -> str:
     if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
         raise pytest.fail.Exception(f"{message}, and CI=true requires it")
     raise pytest.skip.Exception(message)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class PrivateNatsServer:

@@ -17,7 +17,6 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,11 +37,11 @@ from rxmesh.messaging import (
     WitnessVerdict,
     claim_build,
 )
+from tests.helpers import ROOT, LogRecords
 from tests.messaging._nats_node import GATEWAY_ADDRESS
 
 pytestmark = pytest.mark.nats
 
-ROOT = Path(__file__).resolve().parents[2]
 FORWARD_TIMEOUT = 0.5
 BACKOFF = (0.5, 1.0)
 KILLED_BACKOFF = (0.1, 0.2)  # "no responders" comes at once; short waits keep the test fast
@@ -99,22 +98,40 @@ async def mesh(nats_url: str) -> AsyncIterator[tuple[Any, MessageHub]]:
         yield coordinator, MessageHub("pod-a", router)
 
 
+async def ask_claim(client: MessageHub, fingerprint: str) -> BuildClaim:
+    """pod-a's claim of ``fingerprint``, asked of the coordinator directly (bounded)."""
+    request = BuildClaimRequest(fingerprint=fingerprint, holder="pod-a")
+    return await asyncio.wait_for(
+        client.ask("admin/build", request, CLIENT_TIMEOUT, response_type=BuildClaim), BOUND
+    )
+
+
 def local_decision(error: BuildCoordinationUnreachableError) -> bool:
     raise AssertionError("the witness had a verdict; no local decision was expected")
+
+
+def claimed_by_pod_a(
+    client: MessageHub, fingerprint: str, witness: InMemoryBuildWitness, **options: Any
+) -> Any:
+    """pod-a's claim_build of ``fingerprint`` on the running loop, ``witness`` behind it and no
+    local decision expected."""
+    return claim_build(
+        client,
+        fingerprint,
+        "pod-a",
+        witness=witness,
+        decide_locally=local_decision,
+        timeout=CLIENT_TIMEOUT,
+        backoff=BACKOFF,
+        scheduler=AsyncIOScheduler(asyncio.get_running_loop()),
+        **options,
+    )
 
 
 async def test_a_paused_coordinator_is_retried_and_answers_the_same_claim(nats_url: str) -> None:
     witness = InMemoryBuildWitness({"build-1": WitnessVerdict.NO_GO})
     async with mesh(nats_url) as (coordinator, client):
-        warm = await asyncio.wait_for(
-            client.ask(
-                "admin/build",
-                BuildClaimRequest(fingerprint="warm", holder="pod-a"),
-                CLIENT_TIMEOUT,
-                response_type=BuildClaim,
-            ),
-            BOUND,
-        )
+        warm = await ask_claim(client, "warm")
         assert warm.granted
 
         retried: list[Exception] = []
@@ -124,20 +141,8 @@ async def test_a_paused_coordinator_is_retried_and_answers_the_same_claim(nats_u
             coordinator.send_signal(signal.SIGCONT)
 
         coordinator.send_signal(signal.SIGSTOP)
-        loop = asyncio.get_running_loop()
         decision = await asyncio.wait_for(
-            claim_build(
-                client,
-                "build-1",
-                "pod-a",
-                witness=witness,
-                decide_locally=local_decision,
-                timeout=CLIENT_TIMEOUT,
-                backoff=BACKOFF,
-                scheduler=AsyncIOScheduler(loop),
-                on_retry=on_retry,
-            ),
-            BOUND,
+            claimed_by_pod_a(client, "build-1", witness, on_retry=on_retry), BOUND
         )
 
         [nack] = retried
@@ -152,21 +157,13 @@ async def test_a_paused_coordinator_is_retried_and_answers_the_same_claim(nats_u
         assert claim.asks == 2  # the timed-out ask landed after SIGCONT, then the retry
         assert witness.asked == []
 
-        again = await asyncio.wait_for(
-            client.ask(
-                "admin/build",
-                BuildClaimRequest(fingerprint="build-1", holder="pod-a"),
-                CLIENT_TIMEOUT,
-                response_type=BuildClaim,
-            ),
-            BOUND,
-        )
+        again = await ask_claim(client, "build-1")
         assert again.claim_id == claim.claim_id
         assert again.asks == 3
 
 
 async def test_with_the_coordinator_gone_for_good_the_witness_decides(
-    nats_url: str, log_records: list[dict[str, Any]]
+    nats_url: str, log_records: LogRecords
 ) -> None:
     witness = InMemoryBuildWitness(
         {"build-go": WitnessVerdict.GO, "build-no-go": WitnessVerdict.NO_GO}
@@ -174,22 +171,13 @@ async def test_with_the_coordinator_gone_for_good_the_witness_decides(
     async with mesh(nats_url) as (coordinator, client):
         coordinator.send_signal(signal.SIGSTOP)  # never continued: it will not answer again
         loop = asyncio.get_running_loop()
-
-        def claim(fingerprint: str) -> Any:
-            return claim_build(
-                client,
-                fingerprint,
-                "pod-a",
-                witness=witness,
-                decide_locally=local_decision,
-                timeout=CLIENT_TIMEOUT,
-                backoff=BACKOFF,
-                scheduler=AsyncIOScheduler(loop),
-            )
-
         started = loop.time()
         go, no_go = await asyncio.wait_for(
-            asyncio.gather(claim("build-go"), claim("build-no-go"), return_exceptions=True),
+            asyncio.gather(
+                claimed_by_pod_a(client, "build-go", witness),
+                claimed_by_pod_a(client, "build-no-go", witness),
+                return_exceptions=True,
+            ),
             BOUND,
         )
         elapsed = loop.time() - started
@@ -220,7 +208,7 @@ def is_nobody_answering_at_the_coordinator(error: BaseException) -> bool:
 
 
 async def test_a_killed_coordinator_is_retried_then_the_witness_decides(
-    nats_url: str, log_records: list[dict[str, Any]]
+    nats_url: str, log_records: LogRecords
 ) -> None:
     """Issue 13, scenario 6: a coordinator that is down is not a verdict. FAILS against the old
     code, where NATS's "no responders" was a NOT_FOUND verdict: no retry, no witness, a fault."""

@@ -20,6 +20,7 @@ from rxmesh.messaging import (
     DEFAULT_COORDINATION_BACKOFF,
     retry_unreachable_coordination,
 )
+from tests.helpers import LogRecords
 
 on_next = ReactiveTest.on_next
 on_error = ReactiveTest.on_error
@@ -62,13 +63,32 @@ def errors(messages: list[Any]) -> list[tuple[float, BaseException]]:
     return [(m.time, m.value.exception) for m in messages if m.value.kind == "E"]
 
 
+def reported_after_three_asks(handshake: Handshake, messages: list[Any], last: Exception) -> str:
+    """The text of the one error of a handshake asked at 200, 206 and 222 (5 s, then 15 s after
+    each failure) and reported unreachable at 223, caused by the last failure."""
+    assert handshake.subscriptions() == [
+        subscribe(200, 201),
+        subscribe(206, 207),
+        subscribe(222, 223),
+    ]
+    [(time, error)] = errors(messages)
+    assert time == 223
+    assert isinstance(error, BuildCoordinationUnreachableError)
+    assert error.__cause__ is last
+    text = str(error)
+    assert "admin/build" in text
+    assert "3 attempt" in text
+    assert "nothing was verified" in text.lower()
+    return text
+
+
 def test_the_defaults_are_three_attempts_after_5_then_15_seconds() -> None:
     assert DEFAULT_COORDINATION_ATTEMPTS == 3
     assert DEFAULT_COORDINATION_BACKOFF == (5.0, 15.0)
 
 
 def test_the_routers_exact_flattened_text_is_retried_then_reported_unreachable(
-    log_records: list[dict[str, Any]],
+    log_records: LogRecords,
 ) -> None:
     scheduler = TestScheduler()
     last = router_nack()
@@ -79,19 +99,7 @@ def test_the_routers_exact_flattened_text_is_retried_then_reported_unreachable(
     )
 
     # 200 first ask, NACK at 201; +5 s -> 206, NACK 207; +15 s -> 222, NACK 223.
-    assert handshake.subscriptions() == [
-        subscribe(200, 201),
-        subscribe(206, 207),
-        subscribe(222, 223),
-    ]
-    [(time, error)] = errors(observer.messages)
-    assert time == 223
-    assert isinstance(error, BuildCoordinationUnreachableError)
-    assert error.__cause__ is last
-    text = str(error)
-    assert "admin/build" in text
-    assert "3 attempt" in text
-    assert "nothing was verified" in text.lower()
+    reported_after_three_asks(handshake, observer.messages, last)
     assert any(r["level"] == "ERROR" and "admin/build" in r["message"] for r in log_records)
     warnings = [r for r in log_records if r["level"] == "WARNING"]
     assert len(warnings) == 2
@@ -319,7 +327,7 @@ def nobody_answering() -> DeliveryFailure:
 
 
 def test_nobody_answering_is_retried_after_5_then_15_seconds_then_reported_unreachable(
-    log_records: list[dict[str, Any]],
+    log_records: LogRecords,
 ) -> None:
     """A coordinator that is down is not a verdict: re-asked on the same budget, then the
     witness door's error. FAILS against the old code, which surfaced it at 201 unretried."""
@@ -334,21 +342,9 @@ def test_nobody_answering_is_retried_after_5_then_15_seconds_then_reported_unrea
         )
     )
 
-    assert handshake.subscriptions() == [
-        subscribe(200, 201),
-        subscribe(206, 207),
-        subscribe(222, 223),
-    ]
-    [(time, error)] = errors(observer.messages)
-    assert time == 223
-    assert isinstance(error, BuildCoordinationUnreachableError)
-    assert error.__cause__ is last
-    text = str(error)
-    assert "admin/build" in text
-    assert "3 attempt" in text
+    text = reported_after_three_asks(handshake, observer.messages, last)
     assert "nobody answering" in text
     assert "3 with nobody answering" in text
-    assert "nothing was verified" in text.lower()
     assert [(a, d) for _, a, d in seen] == [(1, 5.0), (2, 15.0)]
     assert all(
         isinstance(e, DeliveryFailure) and e.error_type is DeliveryErrorType.NO_RESPONDERS

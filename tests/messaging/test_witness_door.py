@@ -27,6 +27,7 @@ from rxmesh.messaging import (
     claim_build,
     decide_at_witness_door,
 )
+from tests.helpers import LogRecords
 
 BOUND = 5.0
 FINGERPRINT = "sha256:0f3c"
@@ -64,7 +65,7 @@ def test_the_in_memory_witness_is_a_build_witness() -> None:
     assert isinstance(InMemoryBuildWitness(), BuildWitness)
 
 
-async def test_go_proceeds_with_a_warning(log_records: list[dict[str, Any]]) -> None:
+async def test_go_proceeds_with_a_warning(log_records: LogRecords) -> None:
     error = unreachable()
     witness = InMemoryBuildWitness({FINGERPRINT: WitnessVerdict.GO})
     local = Local(False)

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 import reactivex
-from loguru import logger
 from reactivex import Observable, abc, typing
 from reactivex.subject import Subject
 from reactivex.testing import ReactiveTest, TestScheduler
@@ -16,6 +15,7 @@ from rxmesh.exceptions import QueryProviderStalledError, StoreError
 from rxmesh.faults import is_standing_watch_transient, is_transient_connect_fault
 from rxmesh.model import FrameKind, MeshNode, QueryFrame
 from rxmesh.operators import DEFAULT_INITIAL_BUDGET, fan_in
+from tests.helpers import LogRecords
 
 on_next = ReactiveTest.on_next
 on_error = ReactiveTest.on_error
@@ -194,26 +194,22 @@ def test_a_single_provider_that_never_answers_is_named_after_the_default_budget(
     assert results.messages[0].value.exception.providers == ("only",)
 
 
-def test_a_provider_that_completes_without_an_initial_is_named_silent_not_faulted() -> None:
+def test_a_provider_that_completes_without_an_initial_is_named_silent_not_faulted(
+    log_records: LogRecords,
+) -> None:
     scheduler = TestScheduler()
     a = scheduler.create_cold_observable(on_next(1, initial("p/a")))
     mute = scheduler.create_cold_observable(on_completed(2))
-    lines: list[str] = []
-    sink = logger.add(lambda m: lines.append(m), level="WARNING", format="{level} {message}")
-    logger.enable("rxmesh")
-    try:
-        results = scheduler.start(
-            lambda: fan_in({"a": a, "mute": mute}, query="q", scheduler=scheduler)
-        )
-    finally:
-        logger.disable("rxmesh")
-        logger.remove(sink)
+    results = scheduler.start(
+        lambda: fan_in({"a": a, "mute": mute}, query="q", scheduler=scheduler)
+    )
 
     assert kinds(results.messages) == [(202, "N")]
     merged = results.messages[0].value.value
     assert merged.silent_providers == ("mute",)
     assert merged.snapshot_incomplete is True
     assert [n.path for n in merged.nodes] == ["p/a"]
+    lines = log_records.lines("WARNING")
     assert any("WARNING" in line and "contract violation" in line for line in lines)
 
 

@@ -14,7 +14,7 @@ import asyncio
 from rxmesh.operators import Ladder
 from rxmesh.providers.postgres._groups import WriteGroups
 from rxmesh.testing import unreachable_error
-from tests.conftest import LogRecords
+from tests.helpers import LogRecords
 
 MEMBERS = 6
 RETRY_LINE = "store not reached"

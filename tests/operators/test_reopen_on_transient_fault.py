@@ -18,6 +18,7 @@ from rxmesh.operators import (
     DEFAULT_REOPEN_BACKOFF,
     reopen_on_transient_fault,
 )
+from tests.helpers import LogRecords
 from tests.operators._shared import connect_fault, timeline
 
 on_next = ReactiveTest.on_next
@@ -365,24 +366,26 @@ def test_a_broken_on_reopen_hook_ends_the_watch_with_its_own_error_and_no_reopen
 
 
 def test_each_reopen_is_logged_at_warning_and_a_spent_budget_at_error(
-    warnings_logged: list[str],
+    log_records: LogRecords,
 ) -> None:
     scheduler = TestScheduler()
     dead = scheduler.create_cold_observable(on_error(0, connect_fault()))
 
     scheduler.start(lambda: reopen_on_transient_fault(Factory(dead), scheduler=scheduler))
 
-    assert warnings_logged[2].rstrip() == (
+    warnings_logged = log_records.lines("WARNING")
+    assert warnings_logged[2] == (
         "WARNING StoreError interrupted the standing watch subscription — re-opening (3/5) in 15s"
     )
     assert len(warnings_logged) == 6
     assert warnings_logged[5].startswith("ERROR StoreError ended the standing watch: 5 consecutive")
 
 
-def test_a_non_transient_fault_is_left_to_the_owner_to_report(warnings_logged: list[str]) -> None:
+def test_a_non_transient_fault_is_left_to_the_owner_to_report(log_records: LogRecords) -> None:
     scheduler = TestScheduler()
     dead = scheduler.create_cold_observable(on_error(0, RuntimeError("defect")))
 
     scheduler.start(lambda: reopen_on_transient_fault(Factory(dead), scheduler=scheduler))
 
+    warnings_logged = log_records.lines("WARNING")
     assert warnings_logged == []

@@ -14,6 +14,7 @@ from reactivex.testing import ReactiveTest, TestScheduler
 from rxmesh.exceptions import StoreError
 from rxmesh.faults import is_transient_connect_fault
 from rxmesh.operators import DEFAULT_RETRY_DELAYS, retry_transient_connect
+from tests.helpers import LogRecords
 from tests.operators._shared import connect_fault, timeline
 
 on_next = ReactiveTest.on_next
@@ -203,12 +204,13 @@ def test_the_default_classifier_is_the_one_rule() -> None:
     assert defaults["should_retry"] is is_transient_connect_fault
 
 
-def test_each_scheduled_retry_is_logged_at_warning(warnings_logged: list[str]) -> None:
+def test_each_scheduled_retry_is_logged_at_warning(log_records: LogRecords) -> None:
     scheduler = TestScheduler()
     source = scheduler.create_cold_observable(on_error(10, connect_fault()))
 
     scheduler.start(lambda: source.pipe(retry_transient_connect(scheduler=scheduler)))
 
+    warnings_logged = log_records.lines("WARNING")
     assert len(warnings_logged) == 3
     assert all(line.startswith("WARNING store not reached") for line in warnings_logged)
     assert "retry 3/3" in warnings_logged[2]

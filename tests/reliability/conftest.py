@@ -1,4 +1,12 @@
-"""Fixtures for the reliability suite, and the fault-matrix table printed at the end of a run.
+"""The reliability suite: the whole system under the faults it must survive, checked by its
+promises (one honest answer per request, no journaled intent lost, nothing done twice): every
+verb against every infrastructure fault (the fault matrix), hostile input in every field, a
+writer killed mid-outage, a stalled process, kept partition facts, the chaos soak's short run,
+and the defects these found, each pinned. Not one folder per module: the faults are real (a
+proxy, a terminated backend, a restarted cluster, a killed process), and what is checked is
+what the modules promise together.
+
+Its fixtures, and the fault-matrix table printed at the end of a run.
 
 Infrastructure faults are produced for real: a :class:`~rxmesh.testing.FaultProxy` in front of a
 private database on the shared server (refuse, stall, reset), ``pg_terminate_backend`` limited to

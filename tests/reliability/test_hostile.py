@@ -68,8 +68,8 @@ from rxmesh.operations import (
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
-from tests.conftest import PG_DSN, SESSION, LogRecords, require_server, session_prefix
-from tests.helpers import answers
+from tests.conftest import PG_DSN, SESSION, require_server, session_prefix
+from tests.helpers import LogRecords, answers, constructed
 from tests.providers.postgres.kinds import drop_schemas
 
 ALICE = {"user": "alice"}
@@ -641,18 +641,6 @@ def _request(verb: str, field: Field, value: str) -> dict[str, Any]:
     return body
 
 
-def _constructed(verb: str, body: dict[str, Any]) -> Any:
-    """``body`` as the verb's model, built without validation (``model_construct`` throughout)."""
-    fields = dict(body)
-    if "access" in fields:
-        fields["access"] = AccessContext.model_construct(**fields["access"])
-    if "node" in fields:
-        fields["node"] = MeshNode.model_construct(**fields["node"])
-    if "nodes" in fields:
-        fields["nodes"] = tuple(MeshNode.model_construct(**node) for node in fields["nodes"])
-    return MODELS[verb].model_construct(**fields)
-
-
 def _as_sent(verb: str, field: Field, body: dict[str, Any], form: str) -> Any:
     """The request in ``form``: JSON text, a mapping, or a model (built with validation; when the
     model refuses the value in-process it must name the field, and the mesh then gets the same
@@ -669,7 +657,7 @@ def _as_sent(verb: str, field: Field, body: dict[str, Any], form: str) -> Any:
         if "<key>" in expected:
             expected = expected.rsplit(".", 1)[0]
         assert any(place.startswith(expected) for place in places), (places, field.name)
-    return _constructed(verb, body)
+    return constructed(MODELS[verb], body)
 
 
 async def _seed(mesh: Mesh) -> None:
@@ -728,6 +716,22 @@ def _memory_rows(store: InMemoryStore) -> list[tuple[Any, ...]]:
     ]
 
 
+async def _asked_and_judged(verb: str, field: Field, value: str, form: str) -> tuple[Any, bool]:
+    """A fresh seeded in-memory mesh asked ``verb`` with ``value`` in ``field`` (sent in ``form``),
+    its answer judged by the field's rule: the answer, and whether the rows are as they were."""
+    store = InMemoryStore()
+    mesh = Mesh(store, retry_delays=(0.001,), ledger=PendingWriteLedger(journal_dir=None))
+    try:
+        await _seed(mesh)
+        before = _memory_rows(store)
+        body = _request(verb, field, value)
+        answer = await _ask(mesh, verb, _as_sent(verb, field, body, form))
+        _judge(answer, verb, field, _as_read(value, form))
+        return answer, _memory_rows(store) == before
+    finally:
+        mesh.dispose()
+
+
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     field_verb=st.sampled_from(FIELD_VERBS),
@@ -738,22 +742,9 @@ def test_a_hostile_string_in_any_field_of_any_verb_is_answered_once_and_refused_
     field_verb: tuple[Field, str], value: str, form: str
 ) -> None:
     field, verb = field_verb
-
-    async def run() -> None:
-        store = InMemoryStore()
-        mesh = Mesh(store, retry_delays=(0.001,), ledger=PendingWriteLedger(journal_dir=None))
-        try:
-            await _seed(mesh)
-            before = _memory_rows(store)
-            body = _request(verb, field, value)
-            answer = await _ask(mesh, verb, _as_sent(verb, field, body, form))
-            _judge(answer, verb, field, _as_read(value, form))
-            if not answer.success:
-                assert _memory_rows(store) == before, "a refused request changed or healed rows"
-        finally:
-            mesh.dispose()
-
-    asyncio.run(run())
+    answer, unchanged = asyncio.run(_asked_and_judged(verb, field, value, form))
+    if not answer.success:
+        assert unchanged, "a refused request changed or healed rows"
 
 
 @pytest.mark.parametrize("form", ["model", "mapping", "json"])
@@ -762,23 +753,10 @@ def test_every_field_of_every_verb_refuses_a_nul_and_a_lone_surrogate(
     field: Field, verb: str, form: str
 ) -> None:
     """The example-based floor under the property above: NUL and a lone surrogate, everywhere."""
-
-    async def run() -> None:
-        for value in ("x\x00", "x\ud800"):
-            store = InMemoryStore()
-            mesh = Mesh(store, retry_delays=(0.001,), ledger=PendingWriteLedger(journal_dir=None))
-            try:
-                await _seed(mesh)
-                before = _memory_rows(store)
-                body = _request(verb, field, value)
-                answer = await _ask(mesh, verb, _as_sent(verb, field, body, form))
-                _judge(answer, verb, field, _as_read(value, form))
-                assert answer.rejection_reason is field.reason
-                assert _memory_rows(store) == before
-            finally:
-                mesh.dispose()
-
-    asyncio.run(run())
+    for value in ("x\x00", "x\ud800"):
+        answer, unchanged = asyncio.run(_asked_and_judged(verb, field, value, form))
+        assert answer.rejection_reason is field.reason
+        assert unchanged
 
 
 _PG_EXAMPLES = itertools.count()

@@ -22,7 +22,7 @@ from rxmesh.operations import CreateNodeRequest, RejectionReason, Verdict
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
 from tests.conftest import session_prefix
-from tests.mesh.conftest import ALICE
+from tests.helpers import ALICE
 
 OPTIONS = {
     "min_size": 1,

@@ -30,7 +30,7 @@ import asyncpg.exceptions as pgexc
 import pytest
 from pydantic import ValidationError
 
-from rxmesh import AccessContext, Mesh, MeshNode
+from rxmesh import Mesh, MeshNode
 from rxmesh.aio import first_value
 from rxmesh.faults import is_store_unreachable
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
@@ -52,12 +52,12 @@ from rxmesh.testing import (
     TemporaryPgBouncer,
     TemporaryPostgresCluster,
 )
-from tests.conftest import IN_CI, LogRecords, session_prefix
+from tests.conftest import IN_CI, session_prefix
+from tests.helpers import ALICE, LogRecords
 from tests.reliability.conftest import MATRIX, VERBS
 
 pytestmark = pytest.mark.postgres
 
-ALICE = AccessContext(user="alice")
 LADDER = (0.01, 0.01, 0.01)
 WAIT = 20.0
 """Bound on any one wait in a row (a row normally takes a few seconds)."""

@@ -14,7 +14,7 @@ import pytest
 from reactivex import operators as ops
 from reactivex.testing import TestScheduler
 
-from rxmesh import AccessContext, Mesh, MeshNode
+from rxmesh import Mesh, MeshNode
 from rxmesh.aio import first_value, from_async
 from rxmesh.faults import is_store_unreachable
 from rxmesh.ledger import PendingWriteLedger
@@ -23,9 +23,8 @@ from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
 from tests.conftest import session_prefix
+from tests.helpers import ALICE, MALLORY
 from tests.mesh.conftest import make_mesh
-
-ALICE = AccessContext(user="alice")
 
 
 def _cancelled_by_a_timeout() -> BaseException:
@@ -168,7 +167,7 @@ async def test_a_create_by_someone_else_in_an_owned_partition_is_forbidden() -> 
     answer = await first_value(
         mesh.create_node(
             CreateNodeRequest(
-                node=MeshNode(path="p/b", content={}), access=AccessContext(user="mallory")
+                node=MeshNode(path="p/b", content={}), access=MALLORY
             )
         ),
         timeout=5.0,

@@ -21,7 +21,7 @@ import asyncpg
 import pytest
 from reactivex import operators as ops
 
-from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh import CreateNodeRequest, Mesh, RejectionReason, Verdict
 from rxmesh.aio import first_value
 from rxmesh.diagnosis import LoopStallMonitor
 from rxmesh.exceptions import StoreError
@@ -30,16 +30,11 @@ from rxmesh.model import FrameKind, NodeQuery, QueryFrame
 from rxmesh.operations import CreateNodeResponse
 from rxmesh.operators import reopen_on_transient_fault
 from rxmesh.providers.postgres import PostgresStore
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, Outcomes, doc
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-ALICE = AccessContext(user="alice")
 CHECK_PROCESS = "check this process before the database"
-
-
-def doc(path: str, **content: object) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
 
 
 @pytest.fixture

@@ -4,33 +4,17 @@ creates, updates, deletes and moves mixed, concurrent creates of one partition g
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
 from tests.conftest import IN_CI
+from tests.helpers import load_bench
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rxmesh_bench_soak", SOAK)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.timeout(120)
 def test_a_short_chaos_soak_loses_nothing_duplicates_nothing_and_empties_the_journal() -> None:
-    soak = _load()
+    soak = load_bench("soak")
     try:
         from rxmesh.testing import TemporaryPostgresCluster
 

@@ -18,7 +18,7 @@ from rxmesh.testing import (
     ServerStopOutage,
     TemporaryPostgresCluster,
 )
-from tests.conftest import IN_CI
+from tests.conftest import throwaway_cluster
 
 
 async def _refused(backend: OutageBackend, path: str) -> Exception | None:
@@ -105,13 +105,7 @@ async def test_the_proxy_cut_makes_postgres_unreachable_and_the_exit_drops_its_s
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[TemporaryPostgresCluster]:
-    try:
-        running = TemporaryPostgresCluster()
-    except FileNotFoundError as exc:
-        if IN_CI:
-            pytest.fail(f"CI needs PostgreSQL server binaries: {exc}")
-        pytest.skip(str(exc))
-    with running:
+    with throwaway_cluster() as running:
         yield running
 
 

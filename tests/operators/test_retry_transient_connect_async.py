@@ -18,8 +18,7 @@ from reactivex.testing import TestScheduler
 from rxmesh.aio import retry_transient_connect_async
 from rxmesh.operators import DEFAULT_RETRY_DELAYS, retry_transient_connect
 from rxmesh.testing import unreachable_error
-from tests.aio._shared import Script, consume, until
-from tests.operators._shared import connect_fault
+from tests.operators._shared import Script, connect_fault, consume, run_until
 
 
 async def test_faults_before_the_first_item_are_retried_on_the_default_delays() -> None:
@@ -88,7 +87,7 @@ async def test_cancelling_during_a_backoff_restarts_nothing() -> None:
         return [item async for item in orders()]
 
     task = asyncio.ensure_future(run())
-    await until(lambda: retries == [0.25])  # the first fault judged; the wait has begun
+    await run_until(lambda: retries == [0.25])  # the first fault judged; the wait has begun
     assert script.closed == 1  # the failed opening is closed before the wait
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -17,8 +17,7 @@ from reactivex.testing import TestScheduler
 from rxmesh.aio import reopen_on_transient_fault_async
 from rxmesh.exceptions import MeshDisposedError
 from rxmesh.operators import reopen_on_transient_fault
-from tests.aio._shared import Script, consume, until
-from tests.operators._shared import connect_fault
+from tests.operators._shared import Script, connect_fault, consume, run_until
 
 
 async def test_a_dead_store_is_re_opened_five_times_on_the_default_backoff_then_surfaces() -> None:
@@ -79,7 +78,7 @@ async def test_cancelling_during_a_backoff_re_opens_nothing() -> None:
         return [item async for item in watch]
 
     task = asyncio.ensure_future(run())
-    await until(lambda: reopens == [1])
+    await run_until(lambda: reopens == [1])
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         async with asyncio.timeout(5):

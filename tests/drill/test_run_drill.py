@@ -14,8 +14,7 @@ import pytest
 
 from rxmesh import cli
 from rxmesh.drill import SABOTAGES, DrillResult, run_drill
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
 
 
 def _failed(result: DrillResult) -> set[str]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rxmesh import CreateNodeRequest, Mesh, MeshNode, RejectionReason
+from rxmesh import CreateNodeRequest, Mesh, RejectionReason
 from rxmesh.aio import first_value
 from rxmesh.testing import FaultInjectingStore
-from tests.helpers import Outcomes
-from tests.mesh.conftest import ALICE, FAST, make_mesh
+from tests.helpers import ALICE, Outcomes, doc
+from tests.mesh.conftest import FAST, make_mesh
 
 
 @dataclass
@@ -23,10 +23,6 @@ class Accounting:
     verdicts: dict[str, int] = field(default_factory=dict)
     pending_during_outage: int = 0
     paths: list[str] = field(default_factory=list)
-
-
-def doc(path: str) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content={"x": 1})
 
 
 async def run_outage(
