@@ -5,6 +5,10 @@ The view follows one KV watch of the whole bucket. A revision older than one alr
 ignored, so this replica's own writes (applied when acknowledged) and their echo on the watch
 never undo each other. An entry that cannot be decoded, or whose intent does not belong under
 its key, is copied under ``q.`` and removed: never re-issued.
+
+An entry may also carry debts (``owed``): the intents it replaced whose verdict is not yet
+published, each with the replica that owned it then. Once its own intent is settled, an entry
+that still owes keeps only its debts. How debts are paid is in ``_jetstream_debts.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import re
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +35,16 @@ from rxmesh.ledger._ledger import PendingWriteLedger
 from rxmesh.ledger._models import (
     LedgerStatistics,
     PendingWrite,
-    PendingWriteOutcome,
     statistics_from,
 )
-from rxmesh.ledger._publish import count_recorded, superseded
+from rxmesh.ledger._publish import count_recorded
 
 __all__ = [
     "OWNER_PATTERN",
+    "Debts",
     "Entry",
     "JetStreamView",
+    "Owed",
     "default_owner",
     "key_token",
     "lost_the_race",
@@ -76,11 +81,42 @@ def default_owner() -> str:
     return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+@dataclass(slots=True, frozen=True)
+class Owed:
+    """A verdict an entry owes: ``intent`` was replaced, by request ``by``, while ``owner``
+    owned it. It is published by whoever removes it from the entry by compare-and-set."""
+
+    owner: str
+    intent: PendingWrite
+    by: str
+
+
 @dataclass(slots=True)
 class Entry:
     intent: PendingWrite
     owner: str
     revision: int
+    owed: tuple[Owed, ...] = ()
+
+
+@dataclass(slots=True)
+class Debts:
+    """An entry whose intent was settled while it still owed verdicts: only those remain."""
+
+    owed: tuple[Owed, ...]
+    revision: int
+
+
+def _owed_from(item: Any) -> Owed:
+    # ValueError throughout: the caller quarantines an entry on any ValueError.
+    if not isinstance(item, dict):
+        raise ValueError("a debt that is not an object")  # noqa: TRY004
+    owner, by = item.get("owner"), item.get("by")
+    if not isinstance(owner, str) or not OWNER_PATTERN.fullmatch(owner):
+        raise ValueError("a debt with no valid owner")
+    if not isinstance(by, str):
+        raise ValueError("a debt that names no request")  # noqa: TRY004
+    return Owed(owner, PendingWrite.model_validate(item.get("intent")), by)
 
 
 class JetStreamView(PendingWriteLedger):
@@ -109,13 +145,18 @@ class JetStreamView(PendingWriteLedger):
         self._owns_client = owns_client
         self._loop = asyncio.get_running_loop()
         self._view: dict[str, Entry] = {}  # intent key -> its entry, as last seen
+        self._debts: dict[str, Debts] = {}  # intent key -> its entry, when only debts are left
+        self._indebted: set[str] = set()  # the keys whose entry owes something
+        # Debts being paid, and settles being written, by this replica: (key, request id).
+        self._paying: set[tuple[str, str]] = set()
+        self._settling: set[tuple[str, str]] = set()
         self._owned: dict[str, Entry] = {}  # the entries this replica owns and has not taken
         self._revisions: dict[str, int] = {}  # intent key -> newest revision seen (puts, deletes)
         self._taken: dict[tuple[str, str], Entry] = {}
         self._recording: dict[str, list[Any]] = {}  # intent key -> [its lock, its users]
-        # intent key -> (the bytes this replica is writing, their intent) until the ack: the
+        # intent key -> (the bytes this replica is writing, their entry) until the ack: the
         # watch's echo of them is known without decoding it again.
-        self._writing: dict[str, tuple[bytes, PendingWrite]] = {}
+        self._writing: dict[str, tuple[bytes, Entry]] = {}
         # owner -> (its lease's newest revision seen, when this replica first saw it)
         self._leases: dict[str, tuple[int, float]] = {}
         self._started = clock()
@@ -179,7 +220,7 @@ class JetStreamView(PendingWriteLedger):
         writing = self._writing.get(path)
         try:
             if writing is not None and writing[0] == entry.value:
-                new = Entry(writing[1], self._owner, entry.revision)
+                new: Entry | Debts = replace(writing[1], revision=entry.revision)
             else:
                 new = self._decode(entry.value, path, entry.revision)
         except ValueError as exc:
@@ -187,30 +228,36 @@ class JetStreamView(PendingWriteLedger):
             self._quarantine(key, entry.value, entry.revision, str(exc))
             return
         with self._lock:
-            self._put(path, new)
-            if old is None or old.owner != self._owner or new.owner == self._owner:
-                return
-            taken = (old.intent.key, old.intent.request_id) in self._taken
-            if old.intent.request_id == new.intent.request_id:
-                self._lost += 1  # taken over: this replica's lease lapsed
-                logger.bind(path=path, owner=new.owner).warning(
-                    "pending write for {} was taken over by replica {} (this replica's lease "
-                    "lapsed)",
-                    path,
-                    new.owner,
-                )
-                return
-            if taken:
-                return  # its re-issue settles it; the newer intent is the recorder's
-            outcome = superseded(self._counts, old.intent, new.intent, "before it was re-issued")
-        self._publish(outcome)
+            if isinstance(new, Debts):
+                self._put_debts(path, new)
+            else:
+                self._put(path, new)
+                if (
+                    old is not None
+                    and old.owner == self._owner
+                    and new.owner != self._owner
+                    and old.intent.request_id == new.intent.request_id
+                ):
+                    self._lost += 1  # taken over: this replica's lease lapsed
+                    logger.bind(path=path, owner=new.owner).warning(
+                        "pending write for {} was taken over by replica {} (this replica's "
+                        "lease lapsed)",
+                        path,
+                        new.owner,
+                    )
+        # An intent of this replica replaced by anyone: its debt is in the new entry.
+        self._owed_seen(path)
+
+    def _owed_seen(self, path: str) -> None:
+        """The entry of ``path`` changed: pay what it owes for this replica (the debts'
+        subclass does)."""
 
     def _saw_lease(self, owner: str, revision: int, deleted: bool) -> None:
         known = self._leases.get(owner)
         if known is None or revision > known[0]:
             self._leases[owner] = (revision, -math.inf if deleted else self._clock())
 
-    def _decode(self, value: bytes | None, path: str, revision: int) -> Entry:
+    def _decode(self, value: bytes | None, path: str, revision: int) -> Entry | Debts:
         head = _HEAD.match(value or b"")
         if value is not None and head is not None and value.endswith(b"}"):
             try:
@@ -228,28 +275,48 @@ class JetStreamView(PendingWriteLedger):
             owner = document.get("owner")
             if not isinstance(owner, str) or not OWNER_PATTERN.fullmatch(owner):
                 raise ValueError("no valid owner")
-            intent = PendingWrite.model_validate(document.get("intent"))
+            raw = document.get("intent")
+            intent = None if raw is None else PendingWrite.model_validate(raw)
+            debts = document.get("owed", [])
+            if not isinstance(debts, list):
+                raise ValueError("its debts are not a list")  # noqa: TRY004
+            owed = tuple(_owed_from(item) for item in debts)
         except ValueError as exc:  # json and pydantic errors are ValueErrors
             raise ValueError(f"undecodable entry: {exc}") from exc
-        if intent.key != path:
-            raise ValueError(f"its intent is for {intent.key!r}, not {path!r}")
-        return Entry(intent, owner, revision)
+        for held in (intent, *(debt.intent for debt in owed)):
+            if held is not None and held.key != path:
+                raise ValueError(f"its intent is for {held.key!r}, not {path!r}")
+        if intent is not None:
+            return Entry(intent, owner, revision, owed)
+        if not owed:
+            raise ValueError("undecodable entry: neither an intent nor a debt")
+        return Debts(owed, revision)
 
-    def _value(self, intent: PendingWrite, owner: str | None = None) -> bytes:
+    def _value(
+        self, intent: PendingWrite | None, owner: str | None = None, owed: tuple[Owed, ...] = ()
+    ) -> bytes:
+        """An entry's bytes: ``intent`` (``None``: only debts are left) and its debts."""
         # An owner is [A-Za-z0-9_-]: it needs no escaping.
         head = b'{"v":%d,"owner":"%s","intent":' % (_FORMAT, (owner or self._owner).encode())
+        body = b"null" if intent is None else self._json(intent)
+        if not owed:
+            return head + body + b"}"
+        debts = b",".join(
+            b'{"owner":"%s","by":%s,"intent":%s}'
+            % (debt.owner.encode(), json.dumps(debt.by).encode(), self._json(debt.intent))
+            for debt in owed
+        )
+        return head + body + b',"owed":[' + debts + b"]}"
+
+    def _json(self, intent: PendingWrite) -> bytes:
         try:
-            return head + intent.model_dump_json().encode() + b"}"
+            return intent.model_dump_json().encode()
         except ValueError:
             pass  # a lone surrogate: UTF-8 cannot carry it, JSON's \u escape can
         try:
-            document = {
-                "v": _FORMAT,
-                "owner": owner or self._owner,
-                "intent": intent.model_dump(mode="json", exclude_defaults=False),
-            }
+            document = intent.model_dump(mode="json", exclude_defaults=False)
             return json.dumps(document, separators=(",", ":")).encode()
-        except ValueError as exc:  # a lone surrogate cannot be UTF-8
+        except ValueError as exc:
             raise JournalError(
                 f"could not encode the pending write for {intent.key!r} for the journal: {exc}",
                 path=self._bucket,
@@ -287,24 +354,15 @@ class JetStreamView(PendingWriteLedger):
             path=self._bucket,
         )
 
-    def _wrote(self, intent: PendingWrite, replaced: Entry | None, revision: int) -> None:
-        outcome: PendingWriteOutcome | None = None
+    def _wrote(self, written: Entry, replaced: bool) -> None:
         with self._lock:
-            key = intent.key
-            self._revisions[key] = max(revision, self._revisions.get(key, 0))
-            self._put(key, Entry(intent, self._owner, revision))
-            count_recorded(self._counts, intent)
-            if replaced is not None:
+            key = written.intent.key
+            if written.revision >= self._revisions.get(key, 0):  # else the watch saw newer
+                self._revisions[key] = written.revision
+                self._put(key, written)
+            count_recorded(self._counts, written.intent)
+            if replaced:
                 self._counts["replaced"] += 1
-                old = replaced.intent
-                if (
-                    replaced.owner == self._owner
-                    and old.request_id != intent.request_id
-                    and (key, old.request_id) not in self._taken
-                ):
-                    outcome = superseded(self._counts, old, intent, "before it was re-issued")
-        if outcome is not None:
-            self._publish(outcome)
 
     async def _refresh(self, key: str) -> None:
         """Read the newest entry of ``key`` after a lost race (the watch may not have it yet)."""
@@ -327,14 +385,38 @@ class JetStreamView(PendingWriteLedger):
 
     def _put(self, key: str, entry: Entry) -> None:
         self._view[key] = entry
-        if entry.owner == self._owner and (key, entry.intent.request_id) not in self._taken:
+        self._debts.pop(key, None)
+        if entry.owed:
+            self._indebted.add(key)
+        else:
+            self._indebted.discard(key)
+        mine = (key, entry.intent.request_id)
+        if entry.owner == self._owner and mine not in self._taken and mine not in self._settling:
             self._owned[key] = entry
         else:
             self._owned.pop(key, None)
 
+    def _put_debts(self, key: str, debts: Debts) -> None:
+        self._drop(key)
+        self._debts[key] = debts
+        self._indebted.add(key)
+
     def _drop(self, key: str) -> None:
         self._view.pop(key, None)
         self._owned.pop(key, None)
+        self._debts.pop(key, None)
+        self._indebted.discard(key)
+
+    def _owing(self, key: str) -> tuple[Entry | None, tuple[Owed, ...], int]:
+        """The entry of ``key`` as last seen (``None``: gone, or only debts), what it owes,
+        and its revision."""
+        entry = self._view.get(key)
+        if entry is not None:
+            return entry, entry.owed, entry.revision
+        debts = self._debts.get(key)
+        if debts is not None:
+            return None, debts.owed, debts.revision
+        return None, (), self._revisions.get(key, 0)
 
     def _mine(self) -> list[Entry]:
         # Asked on every piece of evidence (each commit announced): an index, not a scan.
@@ -358,7 +440,9 @@ class JetStreamView(PendingWriteLedger):
     # ------------------------------------------------------------------------------ reading
 
     def outstanding(self, path: str, request_id: str) -> PendingWrite | None:
-        """The intent with key ``path`` and ``request_id`` if THIS replica owns it, else None."""
+        """The intent with key ``path`` and ``request_id`` if it is outstanding: taken by this
+        replica for re-issue, or in the bucket, whichever replica owns it (an answer to the
+        caller's own re-issue settles it wherever it is answered)."""
         with self._lock:
             taken = self._taken.get((path, request_id))
             if taken is not None:
@@ -366,8 +450,8 @@ class JetStreamView(PendingWriteLedger):
             current = self._view.get(path)
             if (
                 current is not None
-                and current.owner == self._owner
                 and current.intent.request_id == request_id
+                and (path, request_id) not in self._settling
             ):
                 return current.intent
             return None
