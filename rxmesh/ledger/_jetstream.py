@@ -231,14 +231,13 @@ class JetStreamLedger(JetStreamLeases):
             for _ in range(8):
                 current, owed, last = self._owing(key)
                 if current is not None:
-                    if current.intent == intent or (
-                        current.intent.request_id == intent.request_id
-                        and (key, intent.request_id) in self._taken
+                    if current.request_id == intent.request_id and (
+                        (key, intent.request_id) in self._taken or current.intent == intent
                     ):
-                        return False  # pending unchanged, or being re-issued
-                    if current.intent.requester != intent.requester:
-                        raise self._held(intent, current.intent)
-                    if current.intent.request_id != intent.request_id:
+                        return False  # being re-issued, or pending unchanged
+                    if current.requester != intent.requester:
+                        raise self._held(intent, current.request_id)
+                    if current.request_id != intent.request_id:
                         # Its verdict is owed by the replica that owns it, whoever that is.
                         owed = (*owed, Owed(current.owner, current.intent, intent.request_id))
                 written = Entry(intent, self._owner, 0, owed)
@@ -256,7 +255,7 @@ class JetStreamLedger(JetStreamLeases):
                 finally:
                     del self._writing[key]
                 self._wrote(written, current is not None)
-                if current is not None and current.intent.request_id != intent.request_id:
+                if current is not None and current.request_id != intent.request_id:
                     await self._replaced(current)
                 return True
         raise JournalError(
@@ -364,7 +363,7 @@ class JetStreamLedger(JetStreamLeases):
             if self._taken.pop((intent.key, intent.request_id), None) is None:
                 return False
             current = self._view.get(intent.key)
-            if current is not None and current.intent.request_id == intent.request_id:
+            if current is not None and current.request_id == intent.request_id:
                 if current.owner != self._owner:
                     return False
                 self._owned[intent.key] = current
@@ -399,7 +398,7 @@ class JetStreamLedger(JetStreamLeases):
             if entry is None:
                 if (
                     current is None
-                    or current.intent.request_id != intent.request_id
+                    or current.request_id != intent.request_id
                     or mine in self._settling
                 ):
                     if not strict:
@@ -412,7 +411,7 @@ class JetStreamLedger(JetStreamLeases):
             # Its own re-issue, or an answer to the caller's own re-issue of another replica's.
             anyone = entry.owner != self._owner
             self._settling.add(mine)
-            if current is not None and current.intent.request_id == intent.request_id:
+            if current is not None and current.request_id == intent.request_id:
                 self._owned.pop(key, None)
-        self._spawn(self._settle_entry(entry, outcome, anyone=anyone), f"settling {key}")
+        self._spawn(self._settle_entry(key, entry, outcome, anyone=anyone), f"settling {key}")
         return True

@@ -55,8 +55,7 @@ class JetStreamDebts(JetStreamView):
             debts = [
                 debt
                 for debt in self._owing(path)[1]
-                if debt.owner == self._owner
-                and not self._busy((path, debt.intent.request_id))
+                if debt.owner == self._owner and not self._busy((path, debt.intent.request_id))
             ]
         for debt in debts:
             self._spawn(self._pay_superseded(debt, "before it was re-issued"), f"paying {path}")
@@ -136,7 +135,7 @@ class JetStreamDebts(JetStreamView):
                 await self._kv.delete(name, last=revision)
                 written = None
             else:
-                intent = None if entry is None else entry.intent
+                intent = None if entry is None else entry.held
                 value = self._value(intent, None if entry is None else entry.owner, owed)
                 written = await self._kv.update(name, value, last=revision)
         except Exception as exc:
@@ -154,7 +153,7 @@ class JetStreamDebts(JetStreamView):
             if written is not None and written > self._revisions.get(key, 0):
                 self._revisions[key] = written
                 if entry is not None:
-                    self._put(key, Entry(entry.intent, entry.owner, written, owed))
+                    self._put(key, entry.moved(written, owed))
                 else:
                     self._put_debts(key, Debts(owed, written))
             elif written is None and self._revisions.get(key, 0) <= revision:
@@ -178,15 +177,14 @@ class JetStreamDebts(JetStreamView):
     # ---------------------------------------------------------------------------- settling
 
     async def _settle_entry(
-        self, entry: Entry, outcome: PendingWriteOutcome, *, anyone: bool
+        self, key: str, entry: Entry, outcome: PendingWriteOutcome, *, anyone: bool
     ) -> None:
         """Settle ``entry``'s intent: remove it at the revision seen; publish the verdict only if
         that write won. Its owner's settle (``anyone`` false) gives up to a replica that took the
         intent over meanwhile (its verdict is the one published); an answer to the caller's own
         re-issue (``anyone``) settles it whoever owns it now."""
-        intent = entry.intent
-        key = intent.key
-        mine = (key, intent.request_id)
+        request_id = entry.request_id
+        mine = (key, request_id)
         try:
             for _ in range(_RACES):
                 try:
@@ -202,7 +200,7 @@ class JetStreamDebts(JetStreamView):
                     return
                 with self._lock:
                     current = self._view.get(key)
-                    if current is not None and current.intent.request_id == intent.request_id:
+                    if current is not None and current.request_id == request_id:
                         if current.revision <= entry.revision:
                             return  # not re-read: the watch brings the write that won
                         if anyone or current.owner == self._owner:
@@ -218,7 +216,7 @@ class JetStreamDebts(JetStreamView):
                 # carries (this replica's, or its owner's when this answers the caller).
                 await self._pay(
                     key,
-                    intent.request_id,
+                    request_id,
                     lambda _debt: self._counted(outcome),
                     owner=None if anyone else self._owner,
                 )
@@ -229,7 +227,7 @@ class JetStreamDebts(JetStreamView):
             with self._lock:
                 self._settling.discard(mine)
                 current = self._view.get(key)
-                if current is not None and current.intent.request_id == intent.request_id:
+                if current is not None and current.request_id == request_id:
                     self._put(key, current)  # still outstanding
         finally:
             with self._lock:
@@ -244,9 +242,9 @@ class JetStreamDebts(JetStreamView):
         where it was, unless the watch already saw a newer revision of it (another
         replica's take-over, or its settlement): putting the older entry back would re-issue,
         and settle, what another replica settles."""
-        key = entry.intent.key
+        key = outcome.intent.key
         with self._lock:
-            self._settling.discard((key, entry.intent.request_id))
+            self._settling.discard((key, entry.request_id))
             if key not in self._view and self._revisions.get(key, 0) <= entry.revision:
                 self._put(key, entry)  # pending again: re-issued on the next evidence
         logger.bind(path=key).error(

@@ -112,39 +112,38 @@ class JetStreamLeases(JetStreamDebts):
         lapsed = {owner for owner in self.lapsed() if await self._still_lapsed(owner)}
         if not lapsed or self._closed:
             return 0
-        targets = [entry for entry in list(self._view.values()) if entry.owner in lapsed]
+        targets = [(key, entry) for key, entry in list(self._view.items()) if entry.owner in lapsed]
         gate = asyncio.Semaphore(_IN_FLIGHT)
         won = 0
 
-        async def claim(entry: Entry) -> None:
+        async def claim(key: str, entry: Entry) -> None:
             nonlocal won
-            intent = entry.intent
             async with gate:
                 try:
                     revision = await self._kv.update(
-                        f"i.{key_token(intent.key)}",
-                        self._value(intent, owed=entry.owed),
+                        f"i.{key_token(key)}",
+                        self._value(entry.held, owed=entry.owed),
                         last=entry.revision,
                     )
                 except KeyWrongLastSequenceError:
                     # Another replica claimed it first (or it was settled or replaced): see
                     # what it is now, so the next tick does not try again.
                     with contextlib.suppress(JournalError):  # unread: the next tick tries
-                        await self._refresh(intent.key)
+                        await self._refresh(key)
                     return
                 except Exception as exc:  # noqa: BLE001 - the next tick claims it again
-                    logger.bind(path=intent.key).warning(
-                        "could not claim the pending write for {}: {}", intent.key, exc
+                    logger.bind(path=key).warning(
+                        "could not claim the pending write for {}: {}", key, exc
                     )
                     return
             with self._lock:
-                if revision >= self._revisions.get(intent.key, 0):  # else the watch saw newer
-                    self._revisions[intent.key] = revision
-                    self._put(intent.key, Entry(intent, self._owner, revision, entry.owed))
+                if revision >= self._revisions.get(key, 0):  # else the watch saw newer
+                    self._revisions[key] = revision
+                    self._put(key, entry.moved(revision, entry.owed, owner=self._owner))
                 self._counts["claimed"] += 1
                 won += 1
 
-        await asyncio.gather(*(claim(entry) for entry in targets))
+        await asyncio.gather(*(claim(key, entry) for key, entry in targets))
         await self._pay_lapsed(lapsed)
         if won:
             logger.bind(owner=self._owner, lapsed=sorted(lapsed)).warning(

@@ -23,7 +23,7 @@ import re
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,12 +91,56 @@ class Owed:
     by: str
 
 
-@dataclass(slots=True)
 class Entry:
-    intent: PendingWrite
-    owner: str
-    revision: int
-    owed: tuple[Owed, ...] = ()
+    """An intent's entry as last seen: the intent, its owner, the revision, what it owes.
+
+    Another replica's intent is kept as the JSON it was validated from: one object where the
+    model is about ten, and every replica holds every intent, each walked by every full pass of
+    the cyclic collector. It is decoded again when it is needed (a claim, an answer settling
+    it); this replica's own intents, the ones it re-issues, stay decoded.
+    """
+
+    __slots__ = ("_held", "owed", "owner", "request_id", "requester", "revision")
+
+    def __init__(
+        self, intent: PendingWrite, owner: str, revision: int, owed: tuple[Owed, ...] = ()
+    ) -> None:
+        self._held: PendingWrite | bytes = intent
+        self.owner = owner
+        self.revision = revision
+        self.owed = owed
+        self.request_id = intent.request_id
+        self.requester = intent.requester
+
+    @property
+    def intent(self) -> PendingWrite:
+        held = self._held
+        return held if isinstance(held, PendingWrite) else PendingWrite.model_validate_json(held)
+
+    @property
+    def held(self) -> PendingWrite | bytes:
+        """The intent, or the JSON it was validated from."""
+        return self._held
+
+    def compact(self, raw: bytes) -> None:
+        """Keep the intent as ``raw``, the JSON it was just validated from."""
+        self._held = raw
+
+    def keep(self) -> None:
+        """Keep the intent decoded (this replica re-issues it)."""
+        if not isinstance(self._held, PendingWrite):
+            self._held = PendingWrite.model_validate_json(self._held)
+
+    def moved(self, revision: int, owed: tuple[Owed, ...], owner: str | None = None) -> Entry:
+        """The same intent at ``revision``, owing ``owed`` (owned by ``owner`` if given)."""
+        moved = Entry.__new__(Entry)
+        moved._held = self._held
+        moved.owner = self.owner if owner is None else owner
+        moved.revision = revision
+        moved.owed = owed
+        moved.request_id = self.request_id
+        moved.requester = self.requester
+        return moved
 
 
 @dataclass(slots=True)
@@ -220,7 +264,7 @@ class JetStreamView(PendingWriteLedger):
         writing = self._writing.get(path)
         try:
             if writing is not None and writing[0] == entry.value:
-                new: Entry | Debts = replace(writing[1], revision=entry.revision)
+                new: Entry | Debts = writing[1].moved(entry.revision, writing[1].owed)
             else:
                 new = self._decode(entry.value, path, entry.revision)
         except ValueError as exc:
@@ -236,7 +280,7 @@ class JetStreamView(PendingWriteLedger):
                     old is not None
                     and old.owner == self._owner
                     and new.owner != self._owner
-                    and old.intent.request_id == new.intent.request_id
+                    and old.request_id == new.request_id
                 ):
                     self._lost += 1  # taken over: this replica's lease lapsed
                     logger.bind(path=path, owner=new.owner).warning(
@@ -267,7 +311,10 @@ class JetStreamView(PendingWriteLedger):
             else:
                 if written.key != path:
                     raise ValueError(f"its intent is for {written.key!r}, not {path!r}")
-                return Entry(written, head[1].decode(), revision)
+                decoded = Entry(written, head[1].decode(), revision)
+                if decoded.owner != self._owner:
+                    decoded.compact(value[head.end() : -1])
+                return decoded
         try:
             document = json.loads(value or b"")
             if not isinstance(document, dict) or document.get("v") != _FORMAT:
@@ -293,12 +340,19 @@ class JetStreamView(PendingWriteLedger):
         return Debts(owed, revision)
 
     def _value(
-        self, intent: PendingWrite | None, owner: str | None = None, owed: tuple[Owed, ...] = ()
+        self,
+        intent: PendingWrite | bytes | None,
+        owner: str | None = None,
+        owed: tuple[Owed, ...] = (),
     ) -> bytes:
-        """An entry's bytes: ``intent`` (``None``: only debts are left) and its debts."""
+        """An entry's bytes: ``intent`` (or its JSON; ``None``: only debts are left) and its
+        debts."""
         # An owner is [A-Za-z0-9_-]: it needs no escaping.
         head = b'{"v":%d,"owner":"%s","intent":' % (_FORMAT, (owner or self._owner).encode())
-        body = b"null" if intent is None else self._json(intent)
+        if intent is None:
+            body = b"null"
+        else:
+            body = intent if isinstance(intent, bytes) else self._json(intent)
         if not owed:
             return head + body + b"}"
         debts = b",".join(
@@ -337,14 +391,15 @@ class JetStreamView(PendingWriteLedger):
 
         self._spawn(move(), f"quarantining {key}")
 
-    def _held(self, intent: PendingWrite, holder: PendingWrite) -> PendingWriteHeldError:
+    def _held(self, intent: PendingWrite, holder: str) -> PendingWriteHeldError:
+        """``intent`` is refused: request ``holder`` of another requester holds its key."""
         self._counts["held"] += 1
         return PendingWriteHeldError(
             f"a pending write for {intent.key!r} by another requester (request "
-            f"{holder.request_id}) is outstanding; the intent of request "
+            f"{holder}) is outstanding; the intent of request "
             f"{intent.request_id} is not recorded",
             path=intent.key,
-            holder_request_id=holder.request_id,
+            holder_request_id=holder,
         )
 
     def _unreachable(self, intent: PendingWrite, exc: BaseException) -> JournalError:
@@ -390,8 +445,9 @@ class JetStreamView(PendingWriteLedger):
             self._indebted.add(key)
         else:
             self._indebted.discard(key)
-        mine = (key, entry.intent.request_id)
+        mine = (key, entry.request_id)
         if entry.owner == self._owner and mine not in self._taken and mine not in self._settling:
+            entry.keep()
             self._owned[key] = entry
         else:
             self._owned.pop(key, None)
@@ -450,7 +506,7 @@ class JetStreamView(PendingWriteLedger):
             current = self._view.get(path)
             if (
                 current is not None
-                and current.intent.request_id == request_id
+                and current.request_id == request_id
                 and (path, request_id) not in self._settling
             ):
                 return current.intent
