@@ -259,7 +259,9 @@ class JetStreamView(PendingWriteLedger):
         self._revisions[path] = entry.revision
         old = self._view.get(path)
         if deleted:
-            self._drop(path)
+            with self._lock:
+                self._drop(path)
+                self._settled_elsewhere(path, old)
             return
         writing = self._writing.get(path)
         try:
@@ -274,6 +276,7 @@ class JetStreamView(PendingWriteLedger):
         with self._lock:
             if isinstance(new, Debts):
                 self._put_debts(path, new)
+                self._settled_elsewhere(path, old)
             else:
                 self._put(path, new)
                 if (
@@ -291,6 +294,18 @@ class JetStreamView(PendingWriteLedger):
                     )
         # An intent of this replica replaced by anyone: its debt is in the new entry.
         self._owed_seen(path)
+
+    def _settled_elsewhere(self, path: str, old: Entry | None) -> None:
+        """Another replica settled the intent of ``old`` (it removed the entry): if this one
+        took it for re-issue, that re-issue is called off (not outstanding any more; an
+        answer to it settles nothing)."""
+        if old is not None and self._taken.pop((path, old.request_id), None) is not None:
+            logger.bind(path=path).info(
+                "pending write for {} (request {}) was settled by another replica; its "
+                "re-issue here is called off",
+                path,
+                old.request_id,
+            )
 
     def _owed_seen(self, path: str) -> None:
         """The entry of ``path`` changed: pay what it owes for this replica (the debts'

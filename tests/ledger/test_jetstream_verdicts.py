@@ -269,6 +269,29 @@ async def test_an_answer_racing_the_owners_reissue_gives_one_verdict(
     assert a.pending() == () and a.in_flight() == ()
 
 
+async def test_the_owner_calls_off_a_reissue_settled_elsewhere(
+    open_ledger: Callable[..., Any],
+) -> None:
+    """The owner took the intent for re-issue (queued, not sent) when the caller's own
+    re-issue was answered on another replica: once the owner sees the entry gone, the intent
+    is no longer outstanding there (its queued re-issue is skipped) nor in flight, and its
+    late settle publishes nothing. Fails at 41e90aa: nothing settled it on the other replica."""
+    a: JetStreamLedger = await open_ledger("a")
+    b: JetStreamLedger = await open_ledger("b")
+    heard = Verdicts(a, b)
+    one = intent("t/q", "r1")
+    await a.record_durably(one)
+    (taken,) = a.take_all()
+    await until(lambda: "t/q" in b.shared())
+    assert b.settle_if_outstanding(one, PendingWriteOutcome(intent=one, verdict=Verdict.LANDED))
+    await until(lambda: a.in_flight() == ())
+    assert a.outstanding("t/q", "r1") is None
+    late = PendingWriteOutcome(intent=taken, verdict=Verdict.LANDED)
+    assert a.settle_if_outstanding(taken, late) is False
+    await quiet(a, b)
+    assert heard.of("r1") == [("b", Verdict.LANDED, None)]
+
+
 ALICE = AccessContext(user="alice")
 MALLORY = AccessContext(user="mallory")
 
