@@ -190,7 +190,7 @@ class JetStreamDebts(JetStreamView):
                 try:
                     won = await self._rewrite(key, None, entry.owed, entry.revision)
                 except JournalError as exc:
-                    self._not_deleted(entry, outcome, exc)
+                    self._not_deleted(key, entry, outcome, anyone, exc)
                     return
                 if won:
                     with self._lock:
@@ -231,27 +231,45 @@ class JetStreamDebts(JetStreamView):
                     self._put(key, current)  # still outstanding
         finally:
             with self._lock:
-                self._settling.discard(mine)
+                if mine not in self._unsettled:
+                    self._settling.discard(mine)
 
     def _counted(self, outcome: PendingWriteOutcome) -> PendingWriteOutcome:
         self._counts[outcome.verdict] += 1
         return outcome
 
-    def _not_deleted(self, entry: Entry, outcome: PendingWriteOutcome, exc: Exception) -> None:
-        """The settling delete failed for another reason than a lost race: the intent stays
-        where it was, unless the watch already saw a newer revision of it (another
-        replica's take-over, or its settlement): putting the older entry back would re-issue,
-        and settle, what another replica settles."""
-        key = outcome.intent.key
+    def _not_deleted(
+        self,
+        key: str,
+        entry: Entry,
+        outcome: PendingWriteOutcome,
+        anyone: bool,
+        exc: Exception,
+    ) -> None:
+        """The settling write failed for another reason than a lost race (no quorum, a stream
+        leader being elected): the answer is known, so it is not re-issued; the write is tried
+        again on the lease timer (:meth:`_settle_again`), and the verdict published when one
+        wins. Should this replica stop first, the entry is still in the bucket: the replica
+        that takes it over re-issues it (its request id makes that idempotent)."""
         with self._lock:
-            self._settling.discard((key, entry.request_id))
-            if key not in self._view and self._revisions.get(key, 0) <= entry.revision:
-                self._put(key, entry)  # pending again: re-issued on the next evidence
+            self._unsettled[(key, entry.request_id)] = (entry, outcome, anyone)
         logger.bind(path=key).error(
             "pending write for {} was answered ({}) but its JetStream entry could not be "
-            "deleted ({}); it stays pending and is re-issued again (its request id makes "
-            "that idempotent) before its verdict is published",
+            "deleted ({}); the delete is tried again on the lease timer, and its verdict is "
+            "published once it succeeds",
             key,
             outcome.verdict.value,
             exc,
         )
+
+    async def _settle_again(self) -> None:
+        """Try again the settling writes JetStream did not take, each at its newest revision."""
+        with self._lock:
+            unsettled = list(self._unsettled.items())
+            self._unsettled.clear()
+        for (key, request_id), (entry, outcome, anyone) in unsettled:
+            with self._lock:
+                current = self._view.get(key)
+                if current is not None and current.request_id == request_id:
+                    entry = current
+            await self._settle_entry(key, entry, outcome, anyone=anyone)

@@ -103,12 +103,13 @@ class JetStreamLeases(JetStreamDebts):
         (announced on :attr:`adopted` if its store answers now). The verdicts such a replica
         owes for intents replaced while it owned them are published (superseded), each by the
         one replica whose write removes it from its entry. This replica's own debts whose
-        payment failed are tried again.
+        payment failed are tried again, and so are its settling writes that failed.
         """
         from nats.js.errors import KeyWrongLastSequenceError
 
         for key in list(self._indebted):
             self._owed_seen(key)
+        await self._settle_again()
         lapsed = {owner for owner in self.lapsed() if await self._still_lapsed(owner)}
         if not lapsed or self._closed:
             return 0

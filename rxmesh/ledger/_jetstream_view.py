@@ -35,6 +35,7 @@ from rxmesh.ledger._ledger import PendingWriteLedger
 from rxmesh.ledger._models import (
     LedgerStatistics,
     PendingWrite,
+    PendingWriteOutcome,
     statistics_from,
 )
 from rxmesh.ledger._publish import count_recorded
@@ -194,6 +195,9 @@ class JetStreamView(PendingWriteLedger):
         # Debts being paid, and settles being written, by this replica: (key, request id).
         self._paying: set[tuple[str, str]] = set()
         self._settling: set[tuple[str, str]] = set()
+        # Settles whose write JetStream did not take: (key, request id) -> (the entry, its
+        # outcome, whether it answers the caller's own re-issue), tried again on the lease timer.
+        self._unsettled: dict[tuple[str, str], tuple[Entry, PendingWriteOutcome, bool]] = {}
         self._owned: dict[str, Entry] = {}  # the entries this replica owns and has not taken
         self._revisions: dict[str, int] = {}  # intent key -> newest revision seen (puts, deletes)
         self._taken: dict[tuple[str, str], Entry] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 import uuid
@@ -36,6 +37,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 pytest.importorskip("nats")
 
 REPLICA = Path(__file__).with_name("_replica.py")
+ROOT = Path(__file__).parents[2]
+"""The checkout under test: the replicas import its rxmesh, not whichever one is installed."""
 COUNT = 40
 WAIT = 40.0
 
@@ -84,16 +87,24 @@ class Replica:
 
 
 async def start_replicas(
-    stack: AsyncExitStack, dsn: str, prefix: str, journals: dict[str, str], tmp: Path
+    stack: AsyncExitStack,
+    dsn: str,
+    prefix: str,
+    journals: dict[str, str],
+    tmp: Path,
+    lease: float = 3.0,
 ) -> dict[str, Replica]:
     replicas: dict[str, Replica] = {}
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     for name, journal in journals.items():
         errors = tmp / f"{name}.err"
         process = await asyncio.create_subprocess_exec(
-            sys.executable, str(REPLICA), dsn, prefix, name, journal, str(COUNT),
+            sys.executable, str(REPLICA), dsn, prefix, name, journal, str(COUNT), str(lease),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=errors.open("wb"),
+            env=env,
         )  # fmt: skip
 
         async def stop(process: asyncio.subprocess.Process = process) -> None:

@@ -292,6 +292,46 @@ async def test_the_owner_calls_off_a_reissue_settled_elsewhere(
     assert heard.of("r1") == [("b", Verdict.LANDED, None)]
 
 
+async def test_a_settling_delete_jetstream_did_not_take_is_tried_again_on_the_lease_timer(
+    open_ledger: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The delete that settles a re-issued intent is refused for another reason than a lost
+    race (here: a timeout, as while a stream leader is elected after a NATS server died). The
+    answer is known: the intent is not re-issued again, and the next lease tick deletes it and
+    publishes its one verdict. Fails at 41e90aa: the intent waited, pending again, for the next
+    evidence (none came), and no tick published anything. Negative control: a delete that
+    succeeds publishes at once."""
+    from nats.errors import TimeoutError as NatsTimeout
+
+    a: JetStreamLedger = await open_ledger("a")
+    heard = Verdicts(a)
+    await a.record_durably(intent("t/ok", "r0"))
+    await a.record_durably(intent("t/t", "r1"))
+    control, one = sorted(a.take_all(), key=lambda i: i.request_id)
+    a.settle(control, PendingWriteOutcome(intent=control, verdict=Verdict.LANDED))
+    await until(lambda: heard.of("r0") != [])
+
+    delete = a._kv.delete
+    refused: list[str] = []
+
+    async def refuse_once(key: str, **kwargs: Any) -> Any:
+        if not refused:
+            refused.append(key)
+            raise NatsTimeout
+        return await delete(key, **kwargs)
+
+    monkeypatch.setattr(a._kv, "delete", refuse_once)
+    a.settle(one, PendingWriteOutcome(intent=one, verdict=Verdict.LANDED))
+    await quiet(a)
+    assert refused and heard.of("r1") == []
+    assert a.pending() == () and a.take_all() == []  # answered: not re-issued again
+    await a.renew_lease()
+    await a.claim_lapsed()  # the lease timer's tick
+    await quiet(a)
+    assert heard.of("r1") == [("a", Verdict.LANDED, None)]
+    await until(lambda: "t/t" not in a.shared())
+
+
 ALICE = AccessContext(user="alice")
 MALLORY = AccessContext(user="mallory")
 
