@@ -33,22 +33,36 @@ from loguru import logger
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
 from rxmesh.ledger._core import RecordResult
 from rxmesh.ledger._jetstream_debts import lapsed_when
+from rxmesh.ledger._jetstream_entries import OWNER_PATTERN, Entry, Owed, default_owner, key_token
 from rxmesh.ledger._jetstream_leases import JetStreamLeases
-from rxmesh.ledger._jetstream_view import (
-    OWNER_PATTERN,
-    Entry,
-    Owed,
-    default_owner,
-    key_token,
-)
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
 
 __all__ = ["DEFAULT_BUCKET", "JetStreamLedger"]
 
 DEFAULT_BUCKET = "rxmesh_pending_writes"
+_SERIALIZABLE_SINCE = (2, 9, 21)
+"""The first nats-server release whose replicated streams refuse all but one of concurrent
+writes naming one expected last revision of a key (nats-server issue 4320); before it, two
+replicas could both win a claim or a settle, and an intent get two verdicts."""
 _IN_FLIGHT = 500
 """Publishes a bulk keeps awaiting at once: enough to pipeline, few enough that one bulk never
 fills the client's pending buffer."""
+
+
+def _warn_if_not_serializable(client: Any, replicas: int) -> None:
+    try:
+        version = client.connected_server_version
+        found = (version.major, version.minor, version.patch)
+    except Exception:  # noqa: BLE001 - a client that cannot say: nothing to warn about
+        return
+    if replicas > 1 and found < _SERIALIZABLE_SINCE:
+        logger.warning(
+            "nats-server {} may accept two concurrent compare-and-set writes of one key in a "
+            "replicated bucket (fixed in {}): two replicas could then both take over one "
+            "intent, or both publish its verdict; upgrade the NATS servers",
+            ".".join(map(str, found)),
+            ".".join(map(str, _SERIALIZABLE_SINCE)),
+        )
 
 
 class JetStreamLedger(JetStreamLeases):
@@ -151,6 +165,7 @@ class JetStreamLedger(JetStreamLeases):
                 f"{type(exc).__name__}: {exc}",
                 path=bucket,
             ) from exc
+        _warn_if_not_serializable(client, replicas)
         ledger = cls(
             kv,
             client,

@@ -19,14 +19,8 @@ from collections.abc import Callable
 from loguru import logger
 
 from rxmesh.exceptions import JournalError
-from rxmesh.ledger._jetstream_view import (
-    Debts,
-    Entry,
-    JetStreamView,
-    Owed,
-    key_token,
-    lost_the_race,
-)
+from rxmesh.ledger._jetstream_entries import Debts, Entry, Owed, key_token, lost_the_race
+from rxmesh.ledger._jetstream_view import JetStreamView
 from rxmesh.ledger._models import PendingWriteOutcome
 from rxmesh.ledger._publish import superseded
 

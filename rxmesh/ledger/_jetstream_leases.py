@@ -17,7 +17,7 @@ from reactivex import Observable, abc
 
 from rxmesh.exceptions import JournalError
 from rxmesh.ledger._jetstream_debts import JetStreamDebts
-from rxmesh.ledger._jetstream_view import Entry, key_token
+from rxmesh.ledger._jetstream_entries import Entry, key_token
 
 __all__ = ["JetStreamLeases"]
 

@@ -6,24 +6,17 @@ ignored, so this replica's own writes (applied when acknowledged) and their echo
 never undo each other. An entry that cannot be decoded, or whose intent does not belong under
 its key, is copied under ``q.`` and removed: never re-issued.
 
-An entry may also carry debts (``owed``): the intents it replaced whose verdict is not yet
-published, each with the replica that owned it then. Once its own intent is settled, an entry
-that still owes keeps only its debts. How debts are paid is in ``_jetstream_debts.py``.
+An entry may also carry debts (what one is: ``_jetstream_entries.py``); once its own intent is
+settled, an entry that still owes keeps only its debts. How debts are paid is in
+``_jetstream_debts.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
-import json
 import math
-import os
-import re
-import socket
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +24,7 @@ from loguru import logger
 from reactivex.subject import Subject
 
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
+from rxmesh.ledger._jetstream_entries import Debts, Entry, Owed, decode, encode, key_token, untoken
 from rxmesh.ledger._ledger import PendingWriteLedger
 from rxmesh.ledger._models import (
     LedgerStatistics,
@@ -40,128 +34,7 @@ from rxmesh.ledger._models import (
 )
 from rxmesh.ledger._publish import count_recorded
 
-__all__ = [
-    "OWNER_PATTERN",
-    "Debts",
-    "Entry",
-    "JetStreamView",
-    "Owed",
-    "default_owner",
-    "key_token",
-    "lost_the_race",
-]
-
-OWNER_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_FORMAT = 1
-# The head of an entry as _value writes it: its intent is validated straight from the bytes.
-_HEAD = re.compile(rb'\{"v":1,"owner":"([A-Za-z0-9_-]{1,64})","intent":')
-
-
-def key_token(key: str) -> str:
-    return base64.urlsafe_b64encode(key.encode("utf-8", "surrogatepass")).decode().rstrip("=")
-
-
-def _untoken(token: str) -> str:
-    padded = token + "=" * (-len(token) % 4)
-    return base64.urlsafe_b64decode(padded.encode("ascii")).decode("utf-8")
-
-
-def lost_the_race(exc: BaseException) -> bool:
-    """Whether a compare-and-set write was refused because the entry moved on since the
-    revision it named. nats-py says so with ``KeyWrongLastSequenceError`` from ``create`` and
-    ``update``, but ``delete(last=...)`` lets JetStream's own API error (10071) through."""
-    from nats.js.errors import APIError, KeyWrongLastSequenceError
-
-    if isinstance(exc, KeyWrongLastSequenceError):
-        return True
-    return isinstance(exc, APIError) and exc.err_code in (10071, 10164)
-
-
-def default_owner() -> str:
-    host = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname())[:32] or "host"
-    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(slots=True, frozen=True)
-class Owed:
-    """A verdict an entry owes: ``intent`` was replaced, by request ``by``, while ``owner``
-    owned it. It is published by whoever removes it from the entry by compare-and-set."""
-
-    owner: str
-    intent: PendingWrite
-    by: str
-
-
-class Entry:
-    """An intent's entry as last seen: the intent, its owner, the revision, what it owes.
-
-    Another replica's intent is kept as the JSON it was validated from: one object where the
-    model is about ten, and every replica holds every intent, each walked by every full pass of
-    the cyclic collector. It is decoded again when it is needed (a claim, an answer settling
-    it); this replica's own intents, the ones it re-issues, stay decoded.
-    """
-
-    __slots__ = ("_held", "owed", "owner", "request_id", "requester", "revision")
-
-    def __init__(
-        self, intent: PendingWrite, owner: str, revision: int, owed: tuple[Owed, ...] = ()
-    ) -> None:
-        self._held: PendingWrite | bytes = intent
-        self.owner = owner
-        self.revision = revision
-        self.owed = owed
-        self.request_id = intent.request_id
-        self.requester = intent.requester
-
-    @property
-    def intent(self) -> PendingWrite:
-        held = self._held
-        return held if isinstance(held, PendingWrite) else PendingWrite.model_validate_json(held)
-
-    @property
-    def held(self) -> PendingWrite | bytes:
-        """The intent, or the JSON it was validated from."""
-        return self._held
-
-    def compact(self, raw: bytes) -> None:
-        """Keep the intent as ``raw``, the JSON it was just validated from."""
-        self._held = raw
-
-    def keep(self) -> None:
-        """Keep the intent decoded (this replica re-issues it)."""
-        if not isinstance(self._held, PendingWrite):
-            self._held = PendingWrite.model_validate_json(self._held)
-
-    def moved(self, revision: int, owed: tuple[Owed, ...], owner: str | None = None) -> Entry:
-        """The same intent at ``revision``, owing ``owed`` (owned by ``owner`` if given)."""
-        moved = Entry.__new__(Entry)
-        moved._held = self._held
-        moved.owner = self.owner if owner is None else owner
-        moved.revision = revision
-        moved.owed = owed
-        moved.request_id = self.request_id
-        moved.requester = self.requester
-        return moved
-
-
-@dataclass(slots=True)
-class Debts:
-    """An entry whose intent was settled while it still owed verdicts: only those remain."""
-
-    owed: tuple[Owed, ...]
-    revision: int
-
-
-def _owed_from(item: Any) -> Owed:
-    # ValueError throughout: the caller quarantines an entry on any ValueError.
-    if not isinstance(item, dict):
-        raise ValueError("a debt that is not an object")  # noqa: TRY004
-    owner, by = item.get("owner"), item.get("by")
-    if not isinstance(owner, str) or not OWNER_PATTERN.fullmatch(owner):
-        raise ValueError("a debt with no valid owner")
-    if not isinstance(by, str):
-        raise ValueError("a debt that names no request")  # noqa: TRY004
-    return Owed(owner, PendingWrite.model_validate(item.get("intent")), by)
+__all__ = ["JetStreamView"]
 
 
 class JetStreamView(PendingWriteLedger):
@@ -253,7 +126,7 @@ class JetStreamView(PendingWriteLedger):
             return  # quarantined copies, or something that is not ours to read
         token = key[2:]
         try:
-            path = _untoken(token)
+            path = untoken(token)
         except (ValueError, binascii.Error, UnicodeDecodeError):
             if not deleted:
                 self._quarantine(key, entry.value, entry.revision, "its key is not an intent key")
@@ -321,42 +194,7 @@ class JetStreamView(PendingWriteLedger):
             self._leases[owner] = (revision, -math.inf if deleted else self._clock())
 
     def _decode(self, value: bytes | None, path: str, revision: int) -> Entry | Debts:
-        head = _HEAD.match(value or b"")
-        if value is not None and head is not None and value.endswith(b"}"):
-            try:
-                written = PendingWrite.model_validate_json(value[head.end() : -1])
-            except ValueError:
-                pass  # not as _value writes it after all: read as any document
-            else:
-                if written.key != path:
-                    raise ValueError(f"its intent is for {written.key!r}, not {path!r}")
-                decoded = Entry(written, head[1].decode(), revision)
-                if decoded.owner != self._owner:
-                    decoded.compact(value[head.end() : -1])
-                return decoded
-        try:
-            document = json.loads(value or b"")
-            if not isinstance(document, dict) or document.get("v") != _FORMAT:
-                raise ValueError("not a format-1 entry")
-            owner = document.get("owner")
-            if not isinstance(owner, str) or not OWNER_PATTERN.fullmatch(owner):
-                raise ValueError("no valid owner")
-            raw = document.get("intent")
-            intent = None if raw is None else PendingWrite.model_validate(raw)
-            debts = document.get("owed", [])
-            if not isinstance(debts, list):
-                raise ValueError("its debts are not a list")  # noqa: TRY004
-            owed = tuple(_owed_from(item) for item in debts)
-        except ValueError as exc:  # json and pydantic errors are ValueErrors
-            raise ValueError(f"undecodable entry: {exc}") from exc
-        for held in (intent, *(debt.intent for debt in owed)):
-            if held is not None and held.key != path:
-                raise ValueError(f"its intent is for {held.key!r}, not {path!r}")
-        if intent is not None:
-            return Entry(intent, owner, revision, owed)
-        if not owed:
-            raise ValueError("undecodable entry: neither an intent nor a debt")
-        return Debts(owed, revision)
+        return decode(value, path, revision, self._owner)
 
     def _value(
         self,
@@ -364,36 +202,8 @@ class JetStreamView(PendingWriteLedger):
         owner: str | None = None,
         owed: tuple[Owed, ...] = (),
     ) -> bytes:
-        """An entry's bytes: ``intent`` (or its JSON; ``None``: only debts are left) and its
-        debts."""
-        # An owner is [A-Za-z0-9_-]: it needs no escaping.
-        head = b'{"v":%d,"owner":"%s","intent":' % (_FORMAT, (owner or self._owner).encode())
-        if intent is None:
-            body = b"null"
-        else:
-            body = intent if isinstance(intent, bytes) else self._json(intent)
-        if not owed:
-            return head + body + b"}"
-        debts = b",".join(
-            b'{"owner":"%s","by":%s,"intent":%s}'
-            % (debt.owner.encode(), json.dumps(debt.by).encode(), self._json(debt.intent))
-            for debt in owed
-        )
-        return head + body + b',"owed":[' + debts + b"]}"
-
-    def _json(self, intent: PendingWrite) -> bytes:
-        try:
-            return intent.model_dump_json().encode()
-        except ValueError:
-            pass  # a lone surrogate: UTF-8 cannot carry it, JSON's \u escape can
-        try:
-            document = intent.model_dump(mode="json", exclude_defaults=False)
-            return json.dumps(document, separators=(",", ":")).encode()
-        except ValueError as exc:
-            raise JournalError(
-                f"could not encode the pending write for {intent.key!r} for the journal: {exc}",
-                path=self._bucket,
-            ) from exc
+        """An entry's bytes (``owner``: this replica unless given)."""
+        return encode(intent, owner or self._owner, owed, self._bucket)
 
     def _quarantine(self, key: str, value: bytes | None, revision: int, why: str) -> None:
         self._counts["quarantined"] += 1

@@ -73,7 +73,11 @@ async def main(dsn: str, prefix: str, name: str, journal: str, count: int, lease
     ledger.take_all = taken  # type: ignore[method-assign]
 
     def verdict(outcome: PendingWriteOutcome) -> None:
-        say(verdict=outcome.verdict.value, request_id=outcome.intent.request_id)
+        say(
+            verdict=outcome.verdict.value,
+            request_id=outcome.intent.request_id,
+            detail=outcome.detail,
+        )
 
     ledger.outcomes.subscribe(verdict)
     mesh = Mesh(store, ledger=ledger, retry_delays=(0.01, 0.01))

@@ -20,7 +20,7 @@ from rxmesh.ledger import (
     PendingWriteHeldError,
     PendingWriteOutcome,
 )
-from rxmesh.ledger._jetstream_view import key_token as _token
+from rxmesh.ledger._jetstream_entries import key_token as _token
 from rxmesh.model import MeshNode
 from rxmesh.operations import Verdict
 

@@ -26,7 +26,14 @@ import pytest
 
 from rxmesh.testing import FaultProxy, TemporaryNatsCluster
 from tests.ledger import test_jetstream_replicas as replicas_test
-from tests.ledger.test_jetstream_replicas import COUNT, outage, rows, settled, start_replicas
+from tests.ledger.test_jetstream_replicas import (
+    COUNT,
+    ONE_VERDICT,
+    outage,
+    rows,
+    settled,
+    start_replicas,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 pytest.importorskip("nats")
@@ -37,6 +44,7 @@ LEASE = 6.0
 re-sent: what the survivors find then is what those two did not settle."""
 
 
+@ONE_VERDICT
 async def test_a_dead_replicas_replaced_and_resent_intents_get_one_verdict_each(
     pg_dsn: str, proxy: FaultProxy, tmp_path: Path
 ) -> None:
