@@ -42,8 +42,8 @@ __all__ = ["DEFAULT_BUCKET", "JetStreamLedger"]
 DEFAULT_BUCKET = "rxmesh_pending_writes"
 _SERIALIZABLE_SINCE = (2, 9, 21)
 """The first nats-server release whose replicated streams refuse all but one of concurrent
-writes naming one expected last revision of a key (nats-server issue 4320); before it, two
-replicas could both win a claim or a settle, and an intent get two verdicts."""
+writes naming one expected last revision of a key; before it, two replicas could both win a
+claim or a settle, and an intent get two verdicts."""
 _IN_FLIGHT = 500
 """Publishes a bulk keeps awaiting at once: enough to pipeline, few enough that one bulk never
 fills the client's pending buffer."""

@@ -79,7 +79,7 @@ class Entry:
     """An intent's entry as last seen: the intent, its owner, the revision, what it owes.
 
     Another replica's intent is kept as the JSON it was validated from: one object where the
-    model is about ten, and every replica holds every intent, each walked by every full pass of
+    model is many, and every replica holds every intent, each walked by every full pass of
     the cyclic collector. It is decoded again when it is needed (a claim, an answer settling
     it); this replica's own intents, the ones it re-issues, stay decoded.
     """
