@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from rxmesh.testing import FaultProxy, TemporaryNatsCluster
-from tests.ledger import test_jetstream_replicas as replicas_test
 from tests.ledger.test_jetstream_replicas import (
     COUNT,
     ONE_VERDICT,
@@ -38,7 +37,6 @@ from tests.ledger.test_jetstream_replicas import (
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 pytest.importorskip("nats")
 
-proxy = replicas_test.proxy  # the same fixture: the store behind a loopback fault proxy
 LEASE = 6.0
 """Long enough that the dead replica's lease lapses only after its intents were replaced and
 re-sent: what the survivors find then is what those two did not settle."""

@@ -21,12 +21,13 @@ from typing import Any
 
 import pytest
 
-from rxmesh import AccessContext, Mesh, MeshNode, RejectionReason
+from rxmesh import Mesh, MeshNode, RejectionReason
 from rxmesh.aio import first_value
 from rxmesh.ledger import JetStreamLedger, PendingWriteHeldError, PendingWriteOutcome
 from rxmesh.operations import CreateNodeRequest, Verdict
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
+from tests.helpers import ALICE, MALLORY
 from tests.ledger import test_jetstream
 from tests.ledger.test_jetstream import Clock, intent, until
 
@@ -330,10 +331,6 @@ async def test_a_settling_delete_jetstream_did_not_take_is_tried_again_on_the_le
     await quiet(a)
     assert heard.of("r1") == [("a", Verdict.LANDED, None)]
     await until(lambda: "t/t" not in a.shared())
-
-
-ALICE = AccessContext(user="alice")
-MALLORY = AccessContext(user="mallory")
 
 
 async def test_the_callers_own_reissue_on_another_replica_settles_it(
