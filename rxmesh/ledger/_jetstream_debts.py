@@ -14,6 +14,7 @@ whoever owns it, and the one compare-and-set that wins decides who publishes it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from loguru import logger
@@ -28,6 +29,8 @@ __all__ = ["JetStreamDebts", "lapsed_when"]
 
 _RACES = 8
 """Compare-and-set races one settle or payment retries against the newer entry that won."""
+_IN_FLIGHT = 500
+"""Payments awaiting their acks at once."""
 
 
 def lapsed_when(owner: str) -> str:
@@ -163,10 +166,13 @@ class JetStreamDebts(JetStreamView):
                 for debt in self._owing(key)[1]
                 if debt.owner in lapsed
             ]
-        paid = 0
-        for debt in owed:
-            paid += await self._pay_superseded(debt, lapsed_when(debt.owner))
-        return paid
+        gate = asyncio.Semaphore(_IN_FLIGHT)
+
+        async def pay(debt: Owed) -> bool:
+            async with gate:
+                return await self._pay_superseded(debt, lapsed_when(debt.owner))
+
+        return sum(await asyncio.gather(*(pay(debt) for debt in owed)))
 
     # ---------------------------------------------------------------------------- settling
 
