@@ -10,8 +10,11 @@ The rules, all by compare-and-set on the entry's revision (JetStream's expected-
 - an owner whose lease has not been renewed for ``lease_ttl`` (as seen on the watcher's own
   clock, so no two clocks are compared) is dead: a replica rewrites each of its entries with
   itself as owner at the revision it saw; only one such rewrite can succeed per entry;
-- settling deletes the entry at the revision its owner wrote, so a re-issue whose entry was
-  replaced meanwhile never deletes the newer intent.
+- settling deletes the entry at the revision the settler saw, so a re-issue whose entry was
+  replaced meanwhile never deletes the newer intent;
+- an intent the same requester replaces stays in the replacing entry as a debt of the replica
+  that owned it, until the one write that removes it publishes its verdict
+  (``_jetstream_debts.py``): a dead owner's replaced intents are settled by the survivors.
 
 An entry that cannot be decoded, or whose intent does not belong under its key, is copied under
 ``q.`` and removed: never re-issued. ``nats-py`` (the ``rxmesh[nats]`` extra) is imported only
@@ -29,23 +32,37 @@ from loguru import logger
 
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
 from rxmesh.ledger._core import RecordResult
+from rxmesh.ledger._jetstream_debts import lapsed_when
+from rxmesh.ledger._jetstream_entries import OWNER_PATTERN, Entry, Owed, default_owner, key_token
 from rxmesh.ledger._jetstream_leases import JetStreamLeases
-from rxmesh.ledger._jetstream_view import (
-    OWNER_PATTERN,
-    Entry,
-    default_owner,
-    key_token,
-    lost_the_race,
-)
 from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
-from rxmesh.ledger._publish import superseded
 
 __all__ = ["DEFAULT_BUCKET", "JetStreamLedger"]
 
 DEFAULT_BUCKET = "rxmesh_pending_writes"
+_SERIALIZABLE_SINCE = (2, 9, 21)
+"""The first nats-server release whose replicated streams refuse all but one of concurrent
+writes naming one expected last revision of a key; before it, two replicas could both win a
+claim or a settle, and an intent get two verdicts."""
 _IN_FLIGHT = 500
 """Publishes a bulk keeps awaiting at once: enough to pipeline, few enough that one bulk never
 fills the client's pending buffer."""
+
+
+def _warn_if_not_serializable(client: Any, replicas: int) -> None:
+    try:
+        version = client.connected_server_version
+        found = (version.major, version.minor, version.patch)
+    except Exception:  # noqa: BLE001 - a client that cannot say: nothing to warn about
+        return
+    if replicas > 1 and found < _SERIALIZABLE_SINCE:
+        logger.warning(
+            "nats-server {} may accept two concurrent compare-and-set writes of one key in a "
+            "replicated bucket (fixed in {}): two replicas could then both take over one "
+            "intent, or both publish its verdict; upgrade the NATS servers",
+            ".".join(map(str, found)),
+            ".".join(map(str, _SERIALIZABLE_SINCE)),
+        )
 
 
 class JetStreamLedger(JetStreamLeases):
@@ -64,8 +81,10 @@ class JetStreamLedger(JetStreamLeases):
     evidence, like its own: they are announced on :attr:`adopted`, which the
     :class:`PendingWriteRecovery` follows.
 
-    A caller's own re-issue of a recorded request settles the intent only on the replica that
-    owns it; on another replica the owner's re-issue finds the row by its request id (LANDED).
+    A caller's own re-issue of a recorded request settles the intent on whichever replica
+    answers it (:meth:`outstanding` sees every replica's intents there): by compare-and-set on
+    its entry, so the owner does not re-issue it afterwards and exactly one verdict is
+    published, whether that answer or the owner's re-issue is settled first.
     """
 
     # ------------------------------------------------------------------------ construction
@@ -146,6 +165,7 @@ class JetStreamLedger(JetStreamLeases):
                 f"{type(exc).__name__}: {exc}",
                 path=bucket,
             ) from exc
+        _warn_if_not_serializable(client, replicas)
         ledger = cls(
             kv,
             client,
@@ -223,21 +243,25 @@ class JetStreamLedger(JetStreamLeases):
 
         key = intent.key
         async with lock:
-            value = self._value(intent)
             for _ in range(8):
-                current = self._view.get(key)
+                current, owed, last = self._owing(key)
                 if current is not None:
-                    if current.intent == intent or (
-                        current.intent.request_id == intent.request_id
-                        and (key, intent.request_id) in self._taken
+                    if current.request_id == intent.request_id and (
+                        (key, intent.request_id) in self._taken or current.intent == intent
                     ):
-                        return False  # pending unchanged, or being re-issued
-                    if current.intent.requester != intent.requester:
-                        raise self._held(intent, current.intent)
-                last = self._revisions.get(key, 0) if current is None else current.revision
-                self._writing[key] = (value, intent)
+                        return False  # being re-issued, or pending unchanged
+                    if current.requester != intent.requester:
+                        raise self._held(intent, current.request_id)
+                    if current.request_id != intent.request_id:
+                        # Its verdict is owed by the replica that owns it, whoever that is.
+                        owed = (*owed, Owed(current.owner, current.intent, intent.request_id))
+                written = Entry(intent, self._owner, 0, owed)
+                value = self._value(intent, owed=owed)
+                self._writing[key] = (value, written)
                 try:
-                    revision = await self._kv.update(f"i.{key_token(key)}", value, last=last)
+                    written.revision = await self._kv.update(
+                        f"i.{key_token(key)}", value, last=last
+                    )
                 except KeyWrongLastSequenceError:
                     await self._refresh(key)
                     continue
@@ -245,12 +269,26 @@ class JetStreamLedger(JetStreamLeases):
                     raise self._unreachable(intent, exc) from exc
                 finally:
                     del self._writing[key]
-                self._wrote(intent, current, revision)
+                self._wrote(written, current is not None)
+                if current is not None and current.request_id != intent.request_id:
+                    await self._replaced(current)
                 return True
         raise JournalError(
             f"the pending write for {key!r} lost every compare-and-set race; NOT recorded",
             path=self._bucket,
         )
+
+    async def _replaced(self, old: Entry) -> None:
+        """The intent of ``old`` was replaced: publish its verdict now when this replica owns
+        it and is not re-issuing it, or when its owner's lease lapsed; a live owner pays its
+        debt itself when it sees the new entry."""
+        key = old.intent.key
+        if old.owner == self._owner:
+            if not self._busy((key, old.intent.request_id)):
+                debt = Owed(old.owner, old.intent, "")
+                await self._pay_superseded(debt, "before it was re-issued")
+        elif old.owner in self.lapsed() and await self._still_lapsed(old.owner):
+            await self._pay_superseded(Owed(old.owner, old.intent, ""), lapsed_when(old.owner))
 
     async def record_durably(self, intent: PendingWrite) -> bool:
         """Record ``intent`` once JetStream acknowledged it (see :class:`PendingWriteLedger`).
@@ -334,23 +372,22 @@ class JetStreamLedger(JetStreamLeases):
 
     def restore(self, intent: PendingWrite) -> bool:
         """Put a taken, unsettled intent back; ``False`` if a newer one replaced it (settled
-        DROPPED, ``superseded_by`` naming it) or it was not outstanding."""
-        outcome: PendingWriteOutcome | None = None
+        DROPPED, ``superseded_by`` naming it, once its debt is removed from the newer entry)
+        or it was not outstanding."""
         with self._lock:
             if self._taken.pop((intent.key, intent.request_id), None) is None:
                 return False
             current = self._view.get(intent.key)
-            if current is not None and current.intent.request_id == intent.request_id:
+            if current is not None and current.request_id == intent.request_id:
                 if current.owner != self._owner:
                     return False
                 self._owned[intent.key] = current
                 return True
-            if current is None or current.intent.requester != intent.requester:
-                return False
-            outcome = superseded(
-                self._counts, intent, current.intent, "while its re-issue was abandoned"
-            )
-        self._publish(outcome)
+        debt = Owed(self._owner, intent, "")
+        self._spawn(
+            self._pay_superseded(debt, "while its re-issue was abandoned"),
+            f"paying {intent.key}",
+        )
         return False
 
     def settle(self, intent: PendingWrite, outcome: PendingWriteOutcome) -> None:
@@ -369,78 +406,27 @@ class JetStreamLedger(JetStreamLeases):
         if outcome.intent != intent:
             raise ValueError("the outcome is not about the intent being settled")
         key = intent.key
+        mine = (key, intent.request_id)
         with self._lock:
-            entry = self._taken.pop((key, intent.request_id), None)
+            entry = self._taken.pop(mine, None)
             current = self._view.get(key)
             if entry is None:
                 if (
                     current is None
-                    or current.owner != self._owner
-                    or current.intent.request_id != intent.request_id
+                    or current.request_id != intent.request_id
+                    or mine in self._settling
                 ):
                     if not strict:
                         return False
                     raise ValueError(
                         f"pending write for {key!r} (request {intent.request_id}) is not "
-                        "outstanding here; it was settled already, or another replica owns it"
+                        "outstanding; it was settled already"
                     )
                 entry = current
-            if current is not None and current.intent.request_id != intent.request_id:
-                # Replaced by the same requester while re-issued: its newer entry stays, and
-                # this verdict is the replaced intent's own.
-                self._counts[outcome.verdict] += 1
-                replaced = True
-            else:
-                self._drop(key)
-                replaced = False
-        if replaced:
-            self._publish(outcome)
-        else:
-            self._spawn(self._delete_then_publish(entry, outcome), f"settling {key}")
+            # Its own re-issue, or an answer to the caller's own re-issue of another replica's.
+            anyone = entry.owner != self._owner
+            self._settling.add(mine)
+            if current is not None and current.request_id == intent.request_id:
+                self._owned.pop(key, None)
+        self._spawn(self._settle_entry(key, entry, outcome, anyone=anyone), f"settling {key}")
         return True
-
-    async def _delete_then_publish(self, entry: Entry, outcome: PendingWriteOutcome) -> None:
-        """Delete the entry at the revision this replica owns it at; publish the verdict only if
-        that delete won. A replica that took the intent over meanwhile changed the revision:
-        its delete wins and its verdict is the one published, so each intent gets one."""
-        intent = entry.intent
-        key = intent.key
-        try:
-            await self._kv.delete(f"i.{key_token(key)}", last=entry.revision)
-        except Exception as exc:  # noqa: BLE001 - each kind answered below, none dropped
-            if not lost_the_race(exc):
-                self._not_deleted(entry, outcome, exc)
-                return
-            try:
-                await self._refresh(key)
-            except JournalError as reread:
-                logger.bind(path=key).warning("could not re-read {}: {}", key, reread)
-            current = self._view.get(key)
-            if current is None or current.intent.request_id == intent.request_id:
-                logger.bind(path=key, owner=None if current is None else current.owner).warning(
-                    "pending write for {} was taken over by another replica while this one "
-                    "re-issued it; that replica publishes its verdict",
-                    key,
-                )
-                return
-        with self._lock:
-            self._counts[outcome.verdict] += 1
-        self._publish(outcome)
-
-    def _not_deleted(self, entry: Entry, outcome: PendingWriteOutcome, exc: Exception) -> None:
-        """The settling delete failed for another reason than a lost race: the intent stays
-        this replica's, unless the watch already saw a newer revision of it (another
-        replica's take-over, or its settlement): putting the older entry back would re-issue,
-        and settle, what another replica settles."""
-        key = entry.intent.key
-        with self._lock:
-            if key not in self._view and self._revisions.get(key, 0) <= entry.revision:
-                self._put(key, entry)  # pending again: re-issued on the next evidence
-        logger.bind(path=key).error(
-            "pending write for {} was re-issued ({}) but its JetStream entry could not be "
-            "deleted ({}); it stays pending and is re-issued again (its request id makes "
-            "that idempotent) before its verdict is published",
-            key,
-            outcome.verdict.value,
-            exc,
-        )

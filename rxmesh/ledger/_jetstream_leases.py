@@ -16,7 +16,8 @@ from loguru import logger
 from reactivex import Observable, abc
 
 from rxmesh.exceptions import JournalError
-from rxmesh.ledger._jetstream_view import Entry, JetStreamView, key_token
+from rxmesh.ledger._jetstream_debts import JetStreamDebts
+from rxmesh.ledger._jetstream_entries import Entry, key_token
 
 __all__ = ["JetStreamLeases"]
 
@@ -24,7 +25,7 @@ _IN_FLIGHT = 500
 """Claims awaiting their acks at once."""
 
 
-class JetStreamLeases(JetStreamView):
+class JetStreamLeases(JetStreamDebts):
     """Lease renewal and take-over of a :class:`~rxmesh.ledger.JetStreamLedger`."""
 
     # ------------------------------------------------------------------------------- leases
@@ -63,7 +64,9 @@ class JetStreamLeases(JetStreamView):
         if self._writable_since is None:
             return set()
         now = self._clock()
-        owners = {entry.owner for entry in self._view.values()} - {self._owner}
+        owners = {entry.owner for entry in self._view.values()}
+        owners.update(debt.owner for key in self._indebted for debt in self._owing(key)[1])
+        owners.discard(self._owner)
         lapsed = set()
         for owner in owners:
             seen = self._leases.get(owner, (0, self._started))[1]
@@ -97,43 +100,52 @@ class JetStreamLeases(JetStreamView):
 
         Each is rewritten with this replica as owner at the revision seen: of two replicas
         claiming one entry, exactly one succeeds. Those won are re-issued like this replica's own
-        (announced on :attr:`adopted` if its store answers now).
+        (announced on :attr:`adopted` if its store answers now). The verdicts such a replica
+        owes for intents replaced while it owned them are published (superseded), each by the
+        one replica whose write removes it from its entry. This replica's own debts whose
+        payment failed are tried again, and so are its settling writes that failed.
         """
         from nats.js.errors import KeyWrongLastSequenceError
 
+        for key in list(self._indebted):
+            self._owed_seen(key)
+        await self._settle_again()
         lapsed = {owner for owner in self.lapsed() if await self._still_lapsed(owner)}
         if not lapsed or self._closed:
             return 0
-        targets = [entry for entry in list(self._view.values()) if entry.owner in lapsed]
+        targets = [(key, entry) for key, entry in list(self._view.items()) if entry.owner in lapsed]
         gate = asyncio.Semaphore(_IN_FLIGHT)
         won = 0
 
-        async def claim(entry: Entry) -> None:
+        async def claim(key: str, entry: Entry) -> None:
             nonlocal won
-            intent = entry.intent
             async with gate:
                 try:
                     revision = await self._kv.update(
-                        f"i.{key_token(intent.key)}", self._value(intent), last=entry.revision
+                        f"i.{key_token(key)}",
+                        self._value(entry.held, owed=entry.owed),
+                        last=entry.revision,
                     )
                 except KeyWrongLastSequenceError:
                     # Another replica claimed it first (or it was settled or replaced): see
                     # what it is now, so the next tick does not try again.
                     with contextlib.suppress(JournalError):  # unread: the next tick tries
-                        await self._refresh(intent.key)
+                        await self._refresh(key)
                     return
                 except Exception as exc:  # noqa: BLE001 - the next tick claims it again
-                    logger.bind(path=intent.key).warning(
-                        "could not claim the pending write for {}: {}", intent.key, exc
+                    logger.bind(path=key).warning(
+                        "could not claim the pending write for {}: {}", key, exc
                     )
                     return
             with self._lock:
-                self._revisions[intent.key] = max(revision, self._revisions.get(intent.key, 0))
-                self._put(intent.key, Entry(intent, self._owner, revision))
+                if revision >= self._revisions.get(key, 0):  # else the watch saw newer
+                    self._revisions[key] = revision
+                    self._put(key, entry.moved(revision, entry.owed, owner=self._owner))
                 self._counts["claimed"] += 1
                 won += 1
 
-        await asyncio.gather(*(claim(entry) for entry in targets))
+        await asyncio.gather(*(claim(key, entry) for key, entry in targets))
+        await self._pay_lapsed(lapsed)
         if won:
             logger.bind(owner=self._owner, lapsed=sorted(lapsed)).warning(
                 "replica {} took over {} pending write(s) of {} (lease lapsed); {}",

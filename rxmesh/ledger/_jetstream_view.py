@@ -5,21 +5,18 @@ The view follows one KV watch of the whole bucket. A revision older than one alr
 ignored, so this replica's own writes (applied when acknowledged) and their echo on the watch
 never undo each other. An entry that cannot be decoded, or whose intent does not belong under
 its key, is copied under ``q.`` and removed: never re-issued.
+
+An entry may also carry debts (what one is: ``_jetstream_entries.py``); once its own intent is
+settled, an entry that still owes keeps only its debts. How debts are paid is in
+``_jetstream_debts.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
-import json
 import math
-import os
-import re
-import socket
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from loguru import logger
 from reactivex.subject import Subject
 
 from rxmesh.exceptions import JournalError, PendingWriteHeldError
+from rxmesh.ledger._jetstream_entries import Debts, Entry, Owed, decode, encode, key_token, untoken
 from rxmesh.ledger._ledger import PendingWriteLedger
 from rxmesh.ledger._models import (
     LedgerStatistics,
@@ -34,53 +32,9 @@ from rxmesh.ledger._models import (
     PendingWriteOutcome,
     statistics_from,
 )
-from rxmesh.ledger._publish import count_recorded, superseded
+from rxmesh.ledger._publish import count_recorded
 
-__all__ = [
-    "OWNER_PATTERN",
-    "Entry",
-    "JetStreamView",
-    "default_owner",
-    "key_token",
-    "lost_the_race",
-]
-
-OWNER_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_FORMAT = 1
-# The head of an entry as _value writes it: its intent is validated straight from the bytes.
-_HEAD = re.compile(rb'\{"v":1,"owner":"([A-Za-z0-9_-]{1,64})","intent":')
-
-
-def key_token(key: str) -> str:
-    return base64.urlsafe_b64encode(key.encode("utf-8", "surrogatepass")).decode().rstrip("=")
-
-
-def _untoken(token: str) -> str:
-    padded = token + "=" * (-len(token) % 4)
-    return base64.urlsafe_b64decode(padded.encode("ascii")).decode("utf-8")
-
-
-def lost_the_race(exc: BaseException) -> bool:
-    """Whether a compare-and-set write was refused because the entry moved on since the
-    revision it named. nats-py says so with ``KeyWrongLastSequenceError`` from ``create`` and
-    ``update``, but ``delete(last=...)`` lets JetStream's own API error (10071) through."""
-    from nats.js.errors import APIError, KeyWrongLastSequenceError
-
-    if isinstance(exc, KeyWrongLastSequenceError):
-        return True
-    return isinstance(exc, APIError) and exc.err_code in (10071, 10164)
-
-
-def default_owner() -> str:
-    host = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname())[:32] or "host"
-    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(slots=True)
-class Entry:
-    intent: PendingWrite
-    owner: str
-    revision: int
+__all__ = ["JetStreamView"]
 
 
 class JetStreamView(PendingWriteLedger):
@@ -109,13 +63,21 @@ class JetStreamView(PendingWriteLedger):
         self._owns_client = owns_client
         self._loop = asyncio.get_running_loop()
         self._view: dict[str, Entry] = {}  # intent key -> its entry, as last seen
+        self._debts: dict[str, Debts] = {}  # intent key -> its entry, when only debts are left
+        self._indebted: set[str] = set()  # the keys whose entry owes something
+        # Debts being paid, and settles being written, by this replica: (key, request id).
+        self._paying: set[tuple[str, str]] = set()
+        self._settling: set[tuple[str, str]] = set()
+        # Settles whose write JetStream did not take: (key, request id) -> (the entry, its
+        # outcome, whether it answers the caller's own re-issue), tried again on the lease timer.
+        self._unsettled: dict[tuple[str, str], tuple[Entry, PendingWriteOutcome, bool]] = {}
         self._owned: dict[str, Entry] = {}  # the entries this replica owns and has not taken
         self._revisions: dict[str, int] = {}  # intent key -> newest revision seen (puts, deletes)
         self._taken: dict[tuple[str, str], Entry] = {}
         self._recording: dict[str, list[Any]] = {}  # intent key -> [its lock, its users]
-        # intent key -> (the bytes this replica is writing, their intent) until the ack: the
+        # intent key -> (the bytes this replica is writing, their entry) until the ack: the
         # watch's echo of them is known without decoding it again.
-        self._writing: dict[str, tuple[bytes, PendingWrite]] = {}
+        self._writing: dict[str, tuple[bytes, Entry]] = {}
         # owner -> (its lease's newest revision seen, when this replica first saw it)
         self._leases: dict[str, tuple[int, float]] = {}
         self._started = clock()
@@ -164,7 +126,7 @@ class JetStreamView(PendingWriteLedger):
             return  # quarantined copies, or something that is not ours to read
         token = key[2:]
         try:
-            path = _untoken(token)
+            path = untoken(token)
         except (ValueError, binascii.Error, UnicodeDecodeError):
             if not deleted:
                 self._quarantine(key, entry.value, entry.revision, "its key is not an intent key")
@@ -174,12 +136,14 @@ class JetStreamView(PendingWriteLedger):
         self._revisions[path] = entry.revision
         old = self._view.get(path)
         if deleted:
-            self._drop(path)
+            with self._lock:
+                self._drop(path)
+                self._settled_elsewhere(path, old)
             return
         writing = self._writing.get(path)
         try:
             if writing is not None and writing[0] == entry.value:
-                new = Entry(writing[1], self._owner, entry.revision)
+                new: Entry | Debts = writing[1].moved(entry.revision, writing[1].owed)
             else:
                 new = self._decode(entry.value, path, entry.revision)
         except ValueError as exc:
@@ -187,73 +151,59 @@ class JetStreamView(PendingWriteLedger):
             self._quarantine(key, entry.value, entry.revision, str(exc))
             return
         with self._lock:
-            self._put(path, new)
-            if old is None or old.owner != self._owner or new.owner == self._owner:
-                return
-            taken = (old.intent.key, old.intent.request_id) in self._taken
-            if old.intent.request_id == new.intent.request_id:
-                self._lost += 1  # taken over: this replica's lease lapsed
-                logger.bind(path=path, owner=new.owner).warning(
-                    "pending write for {} was taken over by replica {} (this replica's lease "
-                    "lapsed)",
-                    path,
-                    new.owner,
-                )
-                return
-            if taken:
-                return  # its re-issue settles it; the newer intent is the recorder's
-            outcome = superseded(self._counts, old.intent, new.intent, "before it was re-issued")
-        self._publish(outcome)
+            if isinstance(new, Debts):
+                self._put_debts(path, new)
+                self._settled_elsewhere(path, old)
+            else:
+                self._put(path, new)
+                if (
+                    old is not None
+                    and old.owner == self._owner
+                    and new.owner != self._owner
+                    and old.request_id == new.request_id
+                ):
+                    self._lost += 1  # taken over: this replica's lease lapsed
+                    logger.bind(path=path, owner=new.owner).warning(
+                        "pending write for {} was taken over by replica {} (this replica's "
+                        "lease lapsed)",
+                        path,
+                        new.owner,
+                    )
+        # An intent of this replica replaced by anyone: its debt is in the new entry.
+        self._owed_seen(path)
+
+    def _settled_elsewhere(self, path: str, old: Entry | None) -> None:
+        """Another replica settled the intent of ``old`` (it removed the entry): if this one
+        took it for re-issue, that re-issue is called off (not outstanding any more; an
+        answer to it settles nothing)."""
+        if old is not None and self._taken.pop((path, old.request_id), None) is not None:
+            logger.bind(path=path).info(
+                "pending write for {} (request {}) was settled by another replica; its "
+                "re-issue here is called off",
+                path,
+                old.request_id,
+            )
+
+    def _owed_seen(self, path: str) -> None:
+        """The entry of ``path`` changed: pay what it owes for this replica (the debts'
+        subclass does)."""
 
     def _saw_lease(self, owner: str, revision: int, deleted: bool) -> None:
         known = self._leases.get(owner)
         if known is None or revision > known[0]:
             self._leases[owner] = (revision, -math.inf if deleted else self._clock())
 
-    def _decode(self, value: bytes | None, path: str, revision: int) -> Entry:
-        head = _HEAD.match(value or b"")
-        if value is not None and head is not None and value.endswith(b"}"):
-            try:
-                written = PendingWrite.model_validate_json(value[head.end() : -1])
-            except ValueError:
-                pass  # not as _value writes it after all: read as any document
-            else:
-                if written.key != path:
-                    raise ValueError(f"its intent is for {written.key!r}, not {path!r}")
-                return Entry(written, head[1].decode(), revision)
-        try:
-            document = json.loads(value or b"")
-            if not isinstance(document, dict) or document.get("v") != _FORMAT:
-                raise ValueError("not a format-1 entry")
-            owner = document.get("owner")
-            if not isinstance(owner, str) or not OWNER_PATTERN.fullmatch(owner):
-                raise ValueError("no valid owner")
-            intent = PendingWrite.model_validate(document.get("intent"))
-        except ValueError as exc:  # json and pydantic errors are ValueErrors
-            raise ValueError(f"undecodable entry: {exc}") from exc
-        if intent.key != path:
-            raise ValueError(f"its intent is for {intent.key!r}, not {path!r}")
-        return Entry(intent, owner, revision)
+    def _decode(self, value: bytes | None, path: str, revision: int) -> Entry | Debts:
+        return decode(value, path, revision, self._owner)
 
-    def _value(self, intent: PendingWrite, owner: str | None = None) -> bytes:
-        # An owner is [A-Za-z0-9_-]: it needs no escaping.
-        head = b'{"v":%d,"owner":"%s","intent":' % (_FORMAT, (owner or self._owner).encode())
-        try:
-            return head + intent.model_dump_json().encode() + b"}"
-        except ValueError:
-            pass  # a lone surrogate: UTF-8 cannot carry it, JSON's \u escape can
-        try:
-            document = {
-                "v": _FORMAT,
-                "owner": owner or self._owner,
-                "intent": intent.model_dump(mode="json", exclude_defaults=False),
-            }
-            return json.dumps(document, separators=(",", ":")).encode()
-        except ValueError as exc:  # a lone surrogate cannot be UTF-8
-            raise JournalError(
-                f"could not encode the pending write for {intent.key!r} for the journal: {exc}",
-                path=self._bucket,
-            ) from exc
+    def _value(
+        self,
+        intent: PendingWrite | bytes | None,
+        owner: str | None = None,
+        owed: tuple[Owed, ...] = (),
+    ) -> bytes:
+        """An entry's bytes (``owner``: this replica unless given)."""
+        return encode(intent, owner or self._owner, owed, self._bucket)
 
     def _quarantine(self, key: str, value: bytes | None, revision: int, why: str) -> None:
         self._counts["quarantined"] += 1
@@ -270,14 +220,15 @@ class JetStreamView(PendingWriteLedger):
 
         self._spawn(move(), f"quarantining {key}")
 
-    def _held(self, intent: PendingWrite, holder: PendingWrite) -> PendingWriteHeldError:
+    def _held(self, intent: PendingWrite, holder: str) -> PendingWriteHeldError:
+        """``intent`` is refused: request ``holder`` of another requester holds its key."""
         self._counts["held"] += 1
         return PendingWriteHeldError(
             f"a pending write for {intent.key!r} by another requester (request "
-            f"{holder.request_id}) is outstanding; the intent of request "
+            f"{holder}) is outstanding; the intent of request "
             f"{intent.request_id} is not recorded",
             path=intent.key,
-            holder_request_id=holder.request_id,
+            holder_request_id=holder,
         )
 
     def _unreachable(self, intent: PendingWrite, exc: BaseException) -> JournalError:
@@ -287,24 +238,15 @@ class JetStreamView(PendingWriteLedger):
             path=self._bucket,
         )
 
-    def _wrote(self, intent: PendingWrite, replaced: Entry | None, revision: int) -> None:
-        outcome: PendingWriteOutcome | None = None
+    def _wrote(self, written: Entry, replaced: bool) -> None:
         with self._lock:
-            key = intent.key
-            self._revisions[key] = max(revision, self._revisions.get(key, 0))
-            self._put(key, Entry(intent, self._owner, revision))
-            count_recorded(self._counts, intent)
-            if replaced is not None:
+            key = written.intent.key
+            if written.revision >= self._revisions.get(key, 0):  # else the watch saw newer
+                self._revisions[key] = written.revision
+                self._put(key, written)
+            count_recorded(self._counts, written.intent)
+            if replaced:
                 self._counts["replaced"] += 1
-                old = replaced.intent
-                if (
-                    replaced.owner == self._owner
-                    and old.request_id != intent.request_id
-                    and (key, old.request_id) not in self._taken
-                ):
-                    outcome = superseded(self._counts, old, intent, "before it was re-issued")
-        if outcome is not None:
-            self._publish(outcome)
 
     async def _refresh(self, key: str) -> None:
         """Read the newest entry of ``key`` after a lost race (the watch may not have it yet)."""
@@ -327,14 +269,39 @@ class JetStreamView(PendingWriteLedger):
 
     def _put(self, key: str, entry: Entry) -> None:
         self._view[key] = entry
-        if entry.owner == self._owner and (key, entry.intent.request_id) not in self._taken:
+        self._debts.pop(key, None)
+        if entry.owed:
+            self._indebted.add(key)
+        else:
+            self._indebted.discard(key)
+        mine = (key, entry.request_id)
+        if entry.owner == self._owner and mine not in self._taken and mine not in self._settling:
+            entry.keep()
             self._owned[key] = entry
         else:
             self._owned.pop(key, None)
 
+    def _put_debts(self, key: str, debts: Debts) -> None:
+        self._drop(key)
+        self._debts[key] = debts
+        self._indebted.add(key)
+
     def _drop(self, key: str) -> None:
         self._view.pop(key, None)
         self._owned.pop(key, None)
+        self._debts.pop(key, None)
+        self._indebted.discard(key)
+
+    def _owing(self, key: str) -> tuple[Entry | None, tuple[Owed, ...], int]:
+        """The entry of ``key`` as last seen (``None``: gone, or only debts), what it owes,
+        and its revision."""
+        entry = self._view.get(key)
+        if entry is not None:
+            return entry, entry.owed, entry.revision
+        debts = self._debts.get(key)
+        if debts is not None:
+            return None, debts.owed, debts.revision
+        return None, (), self._revisions.get(key, 0)
 
     def _mine(self) -> list[Entry]:
         # Asked on every piece of evidence (each commit announced): an index, not a scan.
@@ -358,7 +325,9 @@ class JetStreamView(PendingWriteLedger):
     # ------------------------------------------------------------------------------ reading
 
     def outstanding(self, path: str, request_id: str) -> PendingWrite | None:
-        """The intent with key ``path`` and ``request_id`` if THIS replica owns it, else None."""
+        """The intent with key ``path`` and ``request_id`` if it is outstanding: taken by this
+        replica for re-issue, or in the bucket, whichever replica owns it (an answer to the
+        caller's own re-issue settles it wherever it is answered)."""
         with self._lock:
             taken = self._taken.get((path, request_id))
             if taken is not None:
@@ -366,8 +335,8 @@ class JetStreamView(PendingWriteLedger):
             current = self._view.get(path)
             if (
                 current is not None
-                and current.owner == self._owner
-                and current.intent.request_id == request_id
+                and current.request_id == request_id
+                and (path, request_id) not in self._settling
             ):
                 return current.intent
             return None

@@ -50,20 +50,21 @@ def log_bulk(recorded: int, total: int, journal_dir: str | None) -> None:
 
 
 def superseded(
-    counts: dict[str, int], old: PendingWrite, new: PendingWrite, when: str
+    counts: dict[str, int], old: PendingWrite, new: PendingWrite | str, when: str
 ) -> PendingWriteOutcome:
-    """Count ``old`` settled DROPPED, superseded by ``new`` (same requester and path); the
-    caller publishes the outcome once it has left the ledger's lock."""
+    """Count ``old`` settled DROPPED, superseded by ``new`` (same requester and path; an intent,
+    or its request id); the caller publishes the outcome once it has left the ledger's lock."""
+    by = new if isinstance(new, str) else new.request_id
     counts["superseded"] += 1
     counts[Verdict.DROPPED] += 1
     return PendingWriteOutcome(
         intent=old,
         verdict=Verdict.DROPPED,
         detail=(
-            f"superseded by request {new.request_id} of the same requester for the same "
+            f"superseded by request {by} of the same requester for the same "
             f"path, {when}; that request carries the write"
         ),
-        superseded_by=new.request_id,
+        superseded_by=by,
     )
 
 

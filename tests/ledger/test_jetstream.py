@@ -20,7 +20,7 @@ from rxmesh.ledger import (
     PendingWriteHeldError,
     PendingWriteOutcome,
 )
-from rxmesh.ledger._jetstream_view import key_token as _token
+from rxmesh.ledger._jetstream_entries import key_token as _token
 from rxmesh.model import MeshNode
 from rxmesh.operations import Verdict
 
@@ -148,14 +148,13 @@ async def test_settled_once_and_removed_for_every_replica(
     await until(lambda: "t/s" in b.shared())
     (taken,) = a.take_all()
     outcome = PendingWriteOutcome(intent=taken, verdict=Verdict.LANDED)
-    # Another replica cannot settle what it does not own.
-    assert b.settle_if_outstanding(taken, outcome) is False
     assert a.settle_if_outstanding(taken, outcome) is True
     assert a.settle_if_outstanding(taken, outcome) is False
     with pytest.raises(ValueError, match="not outstanding"):
         a.settle(taken, outcome)
     await until(lambda: "t/s" not in b.shared())
-    assert a.statistics().landed == 1
+    assert b.settle_if_outstanding(taken, outcome) is False  # gone for every replica
+    assert a.statistics().landed == 1 and b.statistics().landed == 0
     # The path is free again: a new record creates it afresh.
     assert await b.record_durably(intent("t/s", "r9", requester="bob")) is True
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 import uuid
@@ -32,10 +33,38 @@ import pytest
 from rxmesh.providers.postgres import quote_identifier
 from rxmesh.testing import FaultProxy, TemporaryNatsCluster
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 pytest.importorskip("nats")
 
+
+def _server_version() -> tuple[int, ...]:
+    import re
+    import shutil
+    import subprocess
+
+    binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+    try:
+        said = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+    except OSError:
+        return ()
+    found = re.search(r"v(\d+)\.(\d+)\.(\d+)", said.stdout + said.stderr)
+    return tuple(int(part) for part in found.groups()) if found else ()
+
+
+SERIALIZABLE = _server_version() >= (2, 9, 21)
+"""Whether the nats-server on this machine refuses all but one of concurrent compare-and-set
+writes of one key in a replicated stream (nats-server issue 4320, fixed in 2.9.21): before it,
+two survivors claiming or settling at the same moment can both win, and an intent get two
+verdicts. The ledger warns about it at connect; these tests then may fail for that reason."""
+ONE_VERDICT = pytest.mark.xfail(
+    not SERIALIZABLE,
+    reason="nats-server < 2.9.21 may accept two concurrent compare-and-set writes",
+    strict=False,
+)
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
 REPLICA = Path(__file__).with_name("_replica.py")
+ROOT = Path(__file__).parents[2]
+"""The checkout under test: the replicas import its rxmesh, not whichever one is installed."""
 COUNT = 40
 WAIT = 40.0
 
@@ -84,16 +113,24 @@ class Replica:
 
 
 async def start_replicas(
-    stack: AsyncExitStack, dsn: str, prefix: str, journals: dict[str, str], tmp: Path
+    stack: AsyncExitStack,
+    dsn: str,
+    prefix: str,
+    journals: dict[str, str],
+    tmp: Path,
+    lease: float = 3.0,
 ) -> dict[str, Replica]:
     replicas: dict[str, Replica] = {}
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     for name, journal in journals.items():
         errors = tmp / f"{name}.err"
         process = await asyncio.create_subprocess_exec(
-            sys.executable, str(REPLICA), dsn, prefix, name, journal, str(COUNT),
+            sys.executable, str(REPLICA), dsn, prefix, name, journal, str(COUNT), str(lease),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=errors.open("wb"),
+            env=env,
         )  # fmt: skip
 
         async def stop(process: asyncio.subprocess.Process = process) -> None:
@@ -148,6 +185,7 @@ async def settled(survivors: list[Replica], expected: set[str]) -> None:
             await asyncio.sleep(0.05)
 
 
+@ONE_VERDICT
 async def test_a_dead_replicas_intents_settle_once_on_a_survivor(
     pg_dsn: str, proxy: FaultProxy, tmp_path: Path
 ) -> None:
