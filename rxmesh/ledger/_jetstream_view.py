@@ -341,6 +341,12 @@ class JetStreamView(PendingWriteLedger):
                 return current.intent
             return None
 
+    def anything_outstanding(self) -> bool:
+        """Whether any intent is outstanding in the bucket, whichever replica owns it, or taken
+        here: an answer on this replica settles another's intent too."""
+        with self._lock:
+            return bool(self._view or self._taken)
+
     def pending(self) -> tuple[PendingWrite, ...]:
         """The intents this replica owns and has not taken, oldest first."""
         with self._lock:

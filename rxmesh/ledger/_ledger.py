@@ -413,6 +413,12 @@ class PendingWriteLedger(BoundedLedger):
             pending = self._pending.get(path)
             return pending if pending is not None and pending.request_id == request_id else None
 
+    def anything_outstanding(self) -> bool:
+        """Whether any intent an answer could settle here is outstanding: a cheap test before
+        building a per-node answer for every node of a large bulk."""
+        with self._lock:
+            return bool(self._pending or self._in_flight)
+
     def pending(self) -> tuple[PendingWrite, ...]:
         """The intents recorded and not yet taken, in the order they were recorded."""
         with self._lock:

@@ -222,9 +222,8 @@ class PendingWrites:
         """:meth:`settle_by_answer` for each node of a bulk the store answered."""
         if req.reissued_after_unavailable:
             return
-        statistics = self._core.ledger.statistics()
-        if statistics.pending == 0 and statistics.in_flight == 0:
-            return  # nothing outstanding to settle: no per-node answer is built (a 10k bulk)
+        if not self._core.ledger.anything_outstanding():
+            return  # nothing outstanding to settle: no per-node answer is built (a large bulk)
         created = {node.path: node for node in response.created}
         present = set(response.already_present)
         for node in req.nodes:

@@ -24,7 +24,7 @@ import pytest
 from rxmesh import Mesh, MeshNode, RejectionReason
 from rxmesh.aio import first_value
 from rxmesh.ledger import JetStreamLedger, PendingWriteHeldError, PendingWriteOutcome
-from rxmesh.operations import CreateNodeRequest, Verdict
+from rxmesh.operations import CreateNodeRequest, CreateNodesRequest, Verdict
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
 from tests.helpers import ALICE, MALLORY
@@ -375,6 +375,55 @@ async def test_the_callers_own_reissue_on_another_replica_settles_it(
         assert a.take_all() == []  # a's next evidence finds nothing to re-issue
         await quiet(a, b)
         assert heard.of(create.request_id) == [("b", Verdict.LANDED, None)]
+    finally:
+        mesh_a.dispose()
+        mesh_b.dispose()
+
+
+async def test_a_bulk_resent_on_a_replica_with_no_intents_of_its_own_settles_them(
+    open_ledger: Callable[..., Any],
+) -> None:
+    """alice's bulk is recorded on a during an outage; her re-send of the same bulk, answered
+    on b (which has no intent of its own, pending or in flight), lands and settles each node's
+    intent there, once. Fails at 41e90aa and at 41dd880: the bulk's settle returned early on b
+    because b's own statistics showed nothing outstanding, so a later re-issued them. Negative
+    control: mallory's bulk carrying alice's bulk id, answered on b, settles nothing."""
+    a: JetStreamLedger = await open_ledger("a")
+    b: JetStreamLedger = await open_ledger("b")
+    heard = Verdicts(a, b)
+    store = FaultInjectingStore(InMemoryStore())
+    mesh_a = Mesh(store, ledger=a, retry_delays=(0.001,))
+    mesh_b = Mesh(store, ledger=b, retry_delays=(0.001,))
+    paths = [f"q/doc-{n}" for n in range(3)]
+    try:
+        await mesh_a.create(MeshNode(path="q/seed", content={}), access=ALICE)
+        store.refuse_writes_as_unreachable()
+        bulk = CreateNodesRequest(
+            nodes=[MeshNode(path=path, content={"x": 1}) for path in paths], access=ALICE
+        )
+        answer = await first_value(mesh_a.create_nodes(bulk), timeout=10)
+        assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
+        store.restore()
+        await until(lambda: all(path in b.shared() for path in paths))
+        assert b.pending() == () and b.in_flight() == ()  # b owns nothing
+
+        stranger = CreateNodesRequest(
+            nodes=[MeshNode(path=path, content={"evil": 1}) for path in paths],
+            access=MALLORY,
+            request_id=bulk.request_id,
+        )
+        await first_value(mesh_b.create_nodes(stranger), timeout=10)
+        await quiet(a, b)
+        assert heard.got == [] and all(path in b.shared() for path in paths)
+
+        store.drop_change_feed()  # the re-send's commits are no evidence for a: a waits
+        again = await first_value(mesh_b.create_nodes(bulk), timeout=10)
+        assert again.success, again
+        await until(lambda: len(heard.of(bulk.request_id)) == len(paths))
+        await until(lambda: not any(path in a.shared() for path in paths))
+        assert a.take_all() == []
+        await quiet(a, b)
+        assert sorted(heard.of(bulk.request_id)) == [("b", Verdict.LANDED, None)] * len(paths)
     finally:
         mesh_a.dispose()
         mesh_b.dispose()
