@@ -10,7 +10,8 @@ synced-query cache; ``rxmesh.operators`` the retry ladder and fan-in; ``rxmesh.p
 stores. Under them all: ``faults`` (the one rule), ``exceptions`` (the tree), ``model``,
 ``operations`` (requests, responses), ``instrumentation``. Beside the flow: ``health``,
 ``nodetypes`` (with its ``census`` and ``prewarm``), ``messaging``, ``diagnosis``, ``aio``,
-``web``, ``importer``, ``drill``, ``testing``. A name starting with ``_`` is private
+``web`` and ``http`` (for services), ``logs`` (to the standard library's logging), ``importer``,
+``drill``, ``cli``, ``testing``. A name starting with ``_`` is private
 (``rxmesh._util`` holds the helpers several packages share); each public module lists its names in
 ``__all__``.
 """

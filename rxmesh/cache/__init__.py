@@ -15,6 +15,9 @@ Cost: with ``replay=fold_query_frames`` the chain keeps the snapshot incremental
 see :class:`QuerySnapshot`), so a delta costs O(change); the ordered Initial is materialised only
 when a late subscriber joins. A chain nobody listens to does no work: while it waits out its idle
 grace it only queues the frames (bounded), and folds them if somebody joins again.
+
+The layout: this module is the cache; ``_snapshot`` folds a live query's frames into the
+snapshot a late subscriber starts from, one delta at a time.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ loop, a long GC pause). So:
 
 The log field names (``event``, ``store_unreachable``, ``loop_stall``, ``stall_seconds``, ...) are
 a contract with every log already written; see docs/diagnosis.md.
+
+The layout: ``_monitor`` the stall monitor; ``_adjacency`` asks whether a stall ended just
+before a fault; ``_triage`` reads a log back and clusters its faults after stalls; ``_fields``
+the field names and defaults the other three write and read.
 """
 
 from __future__ import annotations

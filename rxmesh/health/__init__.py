@@ -8,6 +8,9 @@ outage must not make an orchestrator restart a healthy process.
 
 A check that raises is reported Unhealthy with the error's type and text (and logged at ERROR);
 it never takes the report down and is never swallowed silently.
+
+The layout: this module holds the registry, the report and the ASGI app; ``_model`` the values
+(status, result, report); ``_checks`` the checks rxmesh ships.
 """
 
 from __future__ import annotations

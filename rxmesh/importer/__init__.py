@@ -30,6 +30,10 @@ back.
 Exit status: 0 everything is created or already present; 1 some entries were refused (fix the
 data); 3 the store could not be reached for some entries (re-run the import; takes precedence
 over 1); 2 a usage error (no such directory, a bad option).
+
+The layout, in the order an import runs: ``_files`` what the directory holds and what is
+refused; ``_json`` each file's entries, within bounds; ``_read`` entries into checked nodes, in
+windows; ``_report`` what the import did and its progress bar; this module drives them.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ nothing. Install an instrument (anything with ``on_event(event)``) to receive th
 
 An instrument that raises is logged at ERROR and counted (:func:`statistics`); it never changes
 an answer of the library.
+
+The layout: ``_events`` the typed events; ``_seam`` the installed instruments, the one fast
+check every emit point reads, and operation scopes; ``prometheus`` and ``otel`` the adapters.
 """
 
 from __future__ import annotations

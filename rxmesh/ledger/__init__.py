@@ -10,6 +10,16 @@ wait at most ``durable_timeout`` seconds, and count only in the journal's own di
 again (a declared change-feed gap, an announced commit) — never on a timer — and each settles as
 one :class:`~rxmesh.operations.Verdict`, published as a :class:`PendingWriteOutcome` on
 ``ledger.outcomes``. See docs/pending-writes.md.
+
+The layout: ``_ledger`` the public ledger over ``_bound`` (the durable step's time bound) and
+``_core`` (its state and bookkeeping); ``_writer`` the writer thread; ``_log`` and ``_journal``
+the journal's two formats, ``_directory`` its directory's safety checks, ``_inspect`` reading it
+unchanged; ``_models`` the records; ``_publish`` how an intent is logged and a verdict told;
+``_order`` one path's intents one after another; ``_verbs`` what a re-issue is per verb;
+``_recovery`` the re-issue on evidence. The shared journal: ``_jetstream`` the ledger on a NATS
+JetStream bucket, over ``_jetstream_leases`` (owners and take-over), ``_jetstream_debts`` (the
+verdicts a replaced intent is owed), ``_jetstream_view`` (what a replica sees of the bucket) and
+``_jetstream_entries`` (an entry's encoding).
 """
 
 from __future__ import annotations

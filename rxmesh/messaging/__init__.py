@@ -13,6 +13,11 @@ re-subscribed from one that never existed) is a NO_RESPONDERS failure, not a NOT
 :func:`retry_unreachable_coordination` retries both for the build-claim handshake
 (:func:`rxmesh.faults.is_coordination_unreachable`), and :func:`claim_build` takes the spent
 handshake to the durable-witness door. See docs/messaging.md.
+
+The layout: ``_hub`` hubs and their handlers; ``_router`` where a request goes and over which
+transport; ``_transport`` the contract, ``_transport_inproc`` and ``_transport_nats`` its two
+implementations; ``_wire`` what crosses the boundary; ``_build`` the build coordinator;
+``_handshake`` the claim's retry and its honest failure; ``_witness`` the durable-witness door.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ non-reserved path segment, because it names the grant ``<partition>/_access/<use
 bounded length without NUL, lone surrogates or control characters. Fields of a stored
 :class:`MeshNode` (``created_by``, ``request_id``) only refuse what no store can keep (NUL, lone
 surrogates) and over-long text, so an existing row always reads back.
+
+The layout: this module holds the models; ``_rules`` the path, identity and content rules they
+and the other layers check.
 """
 
 from __future__ import annotations

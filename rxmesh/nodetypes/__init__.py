@@ -26,6 +26,9 @@ path sorts first defines it; the other is reported and shadowed.
 :func:`bake` compiles one record (``pydantic.create_model``). :class:`NodeTypeRegistry` holds the
 baked types and implements the mesh's ``NodeTypeValidator``; a malformed record is reported
 (WARNING naming its path) and counted, never fatal to the others.
+
+The layout: this module holds the registry; ``_specs`` compiles a record into a model;
+``census`` the standing watch over the records; ``prewarm`` the sweep that bakes them at boot.
 """
 
 from __future__ import annotations

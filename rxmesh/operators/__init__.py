@@ -21,6 +21,12 @@ All take ``scheduler=``; without one the operators use the subscription's schedu
 running asyncio loop, never a thread timer inside an asyncio application (the async drivers:
 ``asyncio.sleep``). Bad arguments are refused when the operator is built (``TypeError``/
 ``ValueError`` naming the argument), not at subscribe time.
+
+The layout: ``_ladder`` the one definition of the retry ladder and the re-open schedule;
+``_retry_transient_connect``, ``_reopen_on_transient_fault`` and ``_fan_in`` the Rx operators
+(``_sink`` the subscriber's own ``on_next`` they share); ``_aio_drive`` with
+``_aio_retry_transient_connect`` and ``_aio_reopen_on_transient_fault`` the asyncio drivers
+:mod:`rxmesh.aio` exports.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """Store providers: the :class:`Store` protocol, the embedded :class:`InMemoryStore` (the default)
-and :class:`PostgresStore` (asyncpg; importing it needs the ``postgres`` extra)."""
+and :class:`PostgresStore` (asyncpg; importing it needs the ``postgres`` extra).
+
+The layout: ``_store`` the protocol; ``memory`` the embedded store, with ``_memory_verbs`` (its
+compare-and-set verbs) and ``_memory_live`` (its live queries); ``postgres`` the PostgreSQL
+store, a package explained in its own docstring.
+"""
 
 from __future__ import annotations
 

@@ -19,6 +19,12 @@ started again).
 
 :func:`set_testing` shrinks every retry and re-open wait of rxmesh in one call (a context manager
 too), so a test of your own code does not wait out the production schedules.
+
+The layout: ``_fault_store`` the fault-injecting store, with ``_fault_errors`` (the chains it
+raises), ``_fault_log`` (what it logs and counts), ``_fault_query`` (its live queries) and
+``_feed_gate`` (its change feed's gate); ``_delays`` ``set_testing``; ``_outage`` the cut/restore
+backends; the throwaway servers on ``_throwaway``: ``_cluster`` (PostgreSQL), ``_pgbouncer``,
+``_nats``; ``_proxy`` the loopback fault proxy.
 """
 
 from __future__ import annotations
