@@ -17,14 +17,13 @@ from rxmesh import Mesh, MeshNode, RejectionReason
 from rxmesh.aio import first_value
 from rxmesh.exceptions import JournalError
 from rxmesh.ledger import JetStreamLedger, PendingWrite
-from rxmesh.model import AccessContext
 from rxmesh.operations import CreateNodeRequest
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore, TemporaryNatsCluster
+from tests.helpers import ALICE
 
 pytest.importorskip("nats")
 
-ALICE = AccessContext(user="alice")
 
 
 async def test_nats_unreachable_answers_not_recorded() -> None:

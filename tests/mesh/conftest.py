@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from rxmesh import AccessContext, Mesh
+from rxmesh import Mesh
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
-from tests.conftest import LogRecords
+from tests.helpers import LogRecords
 
 FAST = (0.001, 0.001, 0.001)
 """A retry ladder with the real shape (three retries) and no real waiting."""
-
-ALICE = AccessContext(user="alice")
-BOB = AccessContext(user="bob")
 
 
 def make_mesh(**options: Any) -> tuple[Mesh, FaultInjectingStore]:

@@ -14,8 +14,9 @@ from rxmesh.exceptions import NodeOperationError
 from rxmesh.mesh._arms import TerminalArm
 from rxmesh.operations import CreateNodeRequest, CreateNodesRequest, RejectionReason
 from rxmesh.testing import FaultInjectingStore
+from tests.helpers import ALICE
 
-from .conftest import ALICE, make_mesh
+from .conftest import make_mesh
 
 
 def _break_the_arm(monkeypatch: pytest.MonkeyPatch) -> None:

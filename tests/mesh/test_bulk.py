@@ -8,8 +8,9 @@ from rxmesh import CreateNodesRequest, CreateNodesResponse, Mesh, MeshNode, Reje
 from rxmesh.aio import first_value
 from rxmesh.exceptions import NodeValidationError
 from rxmesh.testing._fault_store import connect_timeout_error
+from tests.helpers import ALICE, BOB
 
-from .conftest import ALICE, BOB, make_mesh
+from .conftest import make_mesh
 
 
 async def ask(mesh: Mesh, request: object) -> CreateNodesResponse:

@@ -18,7 +18,8 @@ from rxmesh import MeshNode
 from rxmesh.exceptions import NodeValidationError
 from rxmesh.mesh._core import MeshCore
 from rxmesh.model import MAX_CONTENT_BYTES, MAX_CONTENT_DEPTH, validate_content
-from tests.mesh.conftest import ALICE, make_mesh
+from tests.helpers import ALICE
+from tests.mesh.conftest import make_mesh
 
 
 def _old_fail_fast(node: MeshNode) -> None:

@@ -13,8 +13,9 @@ from rxmesh import CreateNodesRequest, CreateNodesResponse, Mesh, MeshNode, Reje
 from rxmesh.aio import first_value
 from rxmesh.exceptions import NodeValidationError
 from rxmesh.mesh._bulk import _partitions
+from tests.helpers import ALICE
 
-from .conftest import ALICE, make_mesh
+from .conftest import make_mesh
 
 
 async def _ask(mesh: Mesh, request: CreateNodesRequest) -> CreateNodesResponse:

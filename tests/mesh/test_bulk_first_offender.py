@@ -12,12 +12,11 @@ from typing import Any
 
 import pytest
 
-from rxmesh import AccessContext, MeshNode
+from rxmesh import MeshNode
 from rxmesh.operations import CreateNodesRequest, RejectionReason
-from tests.helpers import answers
+from tests.helpers import ALICE, answers
 from tests.mesh.conftest import make_mesh
 
-ALICE = AccessContext(user="alice")
 CHECK_STEP = 1000
 
 

@@ -26,9 +26,9 @@ from rxmesh.ledger._core import LedgerCore
 from rxmesh.mesh import _core, _mesh, _pending
 from rxmesh.mesh._requests import CHECK_STEP
 from rxmesh.operations import CreateNodesResponse
-from tests.helpers import LoopTurns
+from tests.helpers import ALICE, LoopTurns
 
-from .conftest import ALICE, make_mesh
+from .conftest import make_mesh
 
 
 def _note_each_call(

@@ -28,8 +28,9 @@ from rxmesh.model import WindowCommitted
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
 from rxmesh.testing._fault_store import unreachable_error
+from tests.helpers import ALICE, BOB
 
-from .conftest import ALICE, BOB, FAST, make_mesh
+from .conftest import FAST, make_mesh
 
 
 async def ask(mesh: Mesh, request: object) -> CreateNodesResponse:

@@ -10,7 +10,6 @@ import asyncio
 import pytest
 
 from rxmesh import (
-    AccessContext,
     CreateNodeRequest,
     CreateNodesRequest,
     MeshNode,
@@ -19,11 +18,9 @@ from rxmesh import (
 )
 from rxmesh.aio import first_value
 from rxmesh.operations import DeleteNodeRequest, MoveNodeRequest, UpdateNodeRequest
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, BOB, CAROL, Outcomes
 
-from .conftest import ALICE, BOB, make_mesh
-
-CAROL = AccessContext(user="carol")  # holds no grant anywhere
+from .conftest import make_mesh
 
 
 def doc(path: str, **content: object) -> MeshNode:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from reactivex import Observable
 
-from rxmesh import AccessContext, Mesh, MeshNode
+from rxmesh import Mesh, MeshNode
 from rxmesh.exceptions import NodeValidationError
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import MAX_CONTENT_INT_DIGITS, validate_content
@@ -33,11 +33,10 @@ from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultInjectingStore
 from tests.conftest import PG_DSN, require_server
-from tests.helpers import answers
+from tests.helpers import ALICE, answers
 from tests.mesh.conftest import FAST
 from tests.providers.postgres.kinds import drop_schemas
 
-ALICE = AccessContext(user="alice")
 HUGE = 10**5000
 """More digits than Python turns into text by default (4,300): what issue 31 sent."""
 TOO_LONG = 10**MAX_CONTENT_INT_DIGITS

@@ -36,8 +36,9 @@ from rxmesh.operations import CreateNodesRequest
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
 from rxmesh.testing._fault_store import connect_timeout_error, unreachable_error
+from tests.helpers import ALICE, BOB
 
-from .conftest import ALICE, BOB, FAST, make_mesh
+from .conftest import FAST, make_mesh
 
 pytestmark = pytest.mark.asyncio
 

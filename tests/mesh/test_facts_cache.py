@@ -17,8 +17,9 @@ from rxmesh.model import ChangeFeedGap
 from rxmesh.operations import CreateNodeRequest, CreateNodeResponse, RejectionReason
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
+from tests.helpers import ALICE, BOB
 
-from .conftest import ALICE, BOB, FAST, make_mesh
+from .conftest import FAST, make_mesh
 
 
 async def ask(mesh: Mesh, request: CreateNodeRequest) -> CreateNodeResponse:

@@ -19,8 +19,9 @@ from pydantic import ValidationError
 
 from rxmesh import MeshNode, RejectionReason
 from rxmesh.exceptions import InvalidPathError, NodeOperationError, NodeValidationError
+from tests.helpers import ALICE
 
-from .conftest import ALICE, make_mesh
+from .conftest import make_mesh
 
 
 @pytest.mark.parametrize(

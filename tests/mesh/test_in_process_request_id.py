@@ -19,9 +19,9 @@ from rxmesh.exceptions import (
     NodeVersionConflictError,
     StoreUnavailableError,
 )
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, Outcomes
 
-from .conftest import ALICE, make_mesh
+from .conftest import make_mesh
 
 
 def order(total: int = 12) -> MeshNode:

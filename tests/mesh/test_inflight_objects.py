@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 from reactivex import Observable
 
-from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode
+from rxmesh import CreateNodeRequest, Mesh, MeshNode
 from rxmesh.aio import first_value
 from rxmesh.operations import DeleteNodeRequest, MoveNodeRequest, UpdateNodeRequest
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
+from tests.helpers import ALICE
 
-ALICE = AccessContext(user="alice")
 WAITING = 200
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rxmesh import AccessContext, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh import Mesh, MeshNode, RejectionReason, Verdict
 from rxmesh.aio import first_value
 from rxmesh.operations import (
     CreateNodeRequest,
@@ -23,11 +23,9 @@ from rxmesh.operations import (
     UpdateNodeRequest,
 )
 from rxmesh.testing import FaultInjectingStore
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, MALLORY, Outcomes
 
-from .conftest import ALICE, make_mesh
-
-MALLORY = AccessContext(user="mallory")
+from .conftest import make_mesh
 
 
 def doc(path: str, **content: object) -> MeshNode:

@@ -19,10 +19,10 @@ from reactivex import operators as ops
 from rxmesh import CreateNodeRequest, CreateNodesRequest, MeshNode, RejectionReason
 from rxmesh.aio import first_value
 from rxmesh.ledger import PendingWriteLedger
-from tests.conftest import LogRecords
+from tests.helpers import ALICE, LogRecords
 from tests.ledger._blocking import BOUND, FdatasyncGate
 
-from .conftest import ALICE, make_mesh
+from .conftest import make_mesh
 
 
 def doc(path: str) -> MeshNode:

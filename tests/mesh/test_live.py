@@ -12,8 +12,9 @@ from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import FrameKind, NodeQuery, QueryFrame
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
+from tests.helpers import ALICE
 
-from .conftest import ALICE, make_mesh
+from .conftest import make_mesh
 
 QUERY = NodeQuery(partition="acme", node_type="Doc")
 

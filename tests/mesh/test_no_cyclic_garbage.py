@@ -14,14 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from rxmesh import AccessContext, CreateNodeRequest, CreateNodesRequest, Mesh, MeshNode
+from rxmesh import CreateNodeRequest, CreateNodesRequest, Mesh, MeshNode
 from rxmesh.aio import first_value
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.operations import RejectionReason
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
-
-ALICE = AccessContext(user="alice")
+from tests.helpers import ALICE
 
 
 @pytest.fixture

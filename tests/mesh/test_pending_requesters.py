@@ -22,9 +22,9 @@ from rxmesh.aio import first_value
 from rxmesh.exceptions import PendingWriteHeldError
 from rxmesh.ledger import PendingWrite, PendingWriteLedger
 from rxmesh.operations import CreateNodeResponse
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, BOB, Outcomes
 
-from .conftest import ALICE, BOB, make_mesh
+from .conftest import make_mesh
 
 WILL_NOT = "will not be re-issued"
 

@@ -16,9 +16,9 @@ from rxmesh.exceptions import StoreError
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome, read_journal
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore, unreachable_error
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, BOB, Outcomes
 
-from .conftest import ALICE, BOB, FAST, make_mesh
+from .conftest import FAST, make_mesh
 
 
 def doc(path: str) -> MeshNode:

@@ -17,9 +17,9 @@ from rxmesh import CreateNodeRequest, CreateNodesRequest, MeshNode, RejectionRea
 from rxmesh.aio import first_value
 from rxmesh.exceptions import JournalError
 from rxmesh.ledger import PendingWrite, PendingWriteLedger, RecordResult, read_journal
-from tests.conftest import LogRecords
+from tests.helpers import ALICE, LogRecords
 
-from .conftest import ALICE, make_mesh
+from .conftest import make_mesh
 
 
 class BrokenLedger(PendingWriteLedger):

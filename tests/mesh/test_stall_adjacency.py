@@ -8,8 +8,9 @@ import time
 from rxmesh import CreateNodeRequest, MeshNode, RejectionReason
 from rxmesh.aio import first_value
 from rxmesh.diagnosis import LoopStallMonitor
+from tests.helpers import ALICE
 
-from .conftest import ALICE, LogRecordsT, make_mesh
+from .conftest import LogRecordsT, make_mesh
 
 DOC = MeshNode(path="acme/b", node_type="Doc", content={"x": 1})
 

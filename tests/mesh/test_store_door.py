@@ -30,8 +30,9 @@ from rxmesh.operations import DeleteNodeRequest, MoveNodeRequest, UpdateNodeRequ
 from rxmesh.providers._store import call
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
+from tests.helpers import ALICE
 
-from .conftest import ALICE, FAST
+from .conftest import FAST
 
 MESH = Path(rxmesh.mesh.__file__).parent
 VERBS = ("read", "read_many", "write", "write_many", "update", "delete", "move")

@@ -20,8 +20,9 @@ from rxmesh.operations import (
     NodeOperationResponse,
     UpdateNodeRequest,
 )
+from tests.helpers import ALICE, BOB
 
-from .conftest import ALICE, BOB, make_mesh
+from .conftest import make_mesh
 
 
 def doc(path: str, **content: object) -> MeshNode:

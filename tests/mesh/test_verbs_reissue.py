@@ -31,9 +31,9 @@ from rxmesh.operations import (
 from rxmesh.providers._memory_verbs import MemoryVerbs
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore, connection_reset_error
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, BOB, Outcomes
 
-from .conftest import ALICE, BOB, FAST, make_mesh
+from .conftest import FAST, make_mesh
 
 VERBS = ["update", "delete", "move"]
 

@@ -23,7 +23,7 @@ from rxmesh.nodetypes.census import CENSUS_QUERY, LiveRecordCensus, describe_cha
 from rxmesh.operators import fan_in
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore, connection_reset_error
-from tests.conftest import LogRecords
+from tests.helpers import LogRecords
 
 INTERRUPTED = (
     "StoreError interrupted the census subscription — re-opening (1/5) in 2s: "

@@ -34,7 +34,7 @@ from rxmesh.nodetypes.prewarm import (
 )
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
-from tests.conftest import LogRecords
+from tests.helpers import LogRecords
 from tests.mesh.conftest import make_mesh
 
 BOUND = 5.0

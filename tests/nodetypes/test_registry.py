@@ -16,8 +16,8 @@ from rxmesh.nodetypes import (
     bake,
     describe_validation_error,
 )
-from tests.conftest import LogRecords
-from tests.mesh.conftest import ALICE, make_mesh
+from tests.helpers import ALICE, LogRecords
+from tests.mesh.conftest import make_mesh
 
 INVOICE = {
     "name": "Invoice",

@@ -20,18 +20,17 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh import CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
 from rxmesh.aio import first_value
 from rxmesh.health import ChangeFeedCheck
 from rxmesh.ledger import PendingWrite, PendingWriteLedger
 from rxmesh.model import NodeChange
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, Outcomes
 
 pytestmark = pytest.mark.postgres
 
-ALICE = AccessContext(user="alice")
 FAST = (0.01, 0.01, 0.01)
 WAIT = 10.0
 QUICK = {

@@ -34,7 +34,7 @@ from rxmesh.model import (
     StoreEvidence,
 )
 from rxmesh.providers.postgres import ChangeFeedState, PostgresStore
-from tests.conftest import LogRecords
+from tests.helpers import LogRecords
 from tests.providers.conftest import Recorder
 from tests.providers.postgres.kinds import drop_schemas, started, unique_prefix
 from tests.providers.postgres.test_change_feed import _insert_raw, _until

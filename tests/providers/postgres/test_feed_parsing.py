@@ -24,7 +24,7 @@ from rxmesh.providers.postgres._notifications import (
     probe_marker,
     probe_payload,
 )
-from tests.conftest import LogRecords
+from tests.helpers import LogRecords
 
 PREFIX = "rxtunit_"
 SCHEMA = PREFIX + "p"

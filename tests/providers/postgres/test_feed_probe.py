@@ -20,7 +20,7 @@ from rxmesh.health import ChangeFeedCheck, HealthStatus
 from rxmesh.model import ChangeFeedGap, FrameKind, MeshNode, NodeQuery, QueryFrame, StoreEvidence
 from rxmesh.providers.postgres import ChangeFeedState, PostgresStore
 from rxmesh.testing import FaultProxy
-from tests.conftest import LogRecords
+from tests.helpers import LogRecords
 from tests.providers.conftest import Recorder
 from tests.providers.postgres.kinds import started
 from tests.providers.postgres.test_change_feed import _insert_raw

@@ -24,7 +24,7 @@ import asyncpg
 import asyncpg.exceptions as pgexc
 import pytest
 
-from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh import CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
 from rxmesh.aio import first_value
 from rxmesh.exceptions import StoreError
 from rxmesh.faults import is_store_unreachable, is_write_outcome_unknown
@@ -38,13 +38,12 @@ from rxmesh.providers.postgres import (
     PostgresStore,
 )
 from rxmesh.testing import FaultInjectingStore, FaultProxy
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, Outcomes
 from tests.providers.conftest import Recorder
 from tests.providers.postgres.kinds import started
 
 pytestmark = pytest.mark.postgres
 
-ALICE = AccessContext(user="alice")
 FAST = (0.01, 0.01, 0.01)
 WAIT = 20.0
 

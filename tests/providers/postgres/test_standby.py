@@ -20,7 +20,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh import CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
 from rxmesh.aio import first_value
 from rxmesh.exceptions import StoreError
 from rxmesh.faults import is_store_unreachable, is_write_outcome_unknown
@@ -28,11 +28,10 @@ from rxmesh.ledger import PendingWriteLedger, read_journal
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy, TemporaryPostgresCluster
 from tests.conftest import throwaway_cluster
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, Outcomes
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-ALICE = AccessContext(user="alice")
 FAST = (0.01, 0.01, 0.01)
 WAIT = 20.0
 QUICK = {

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from rxmesh import AccessContext, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh import Mesh, MeshNode, RejectionReason, Verdict
 from rxmesh.aio import first_value
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome
 from rxmesh.mesh import _verbs as verbs_module
@@ -28,12 +28,11 @@ from rxmesh.operations import (
 )
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
-from tests.helpers import Outcomes
+from tests.helpers import ALICE, Outcomes
 from tests.providers.postgres.kinds import started
 
 pytestmark = pytest.mark.postgres
 
-ALICE = AccessContext(user="alice")
 LADDER = (0.01, 0.01)
 OPTIONS: dict[str, Any] = {
     "connect_timeout": 0.5,
