@@ -23,70 +23,69 @@ implementations; ``_wire`` what crosses the boundary; ``_build`` the build coord
 from __future__ import annotations
 
 from rxmesh.messaging._build import (
-    BUILD_COORDINATOR_ADDRESS,
-    BuildClaim,
-    BuildClaimRequest,
+    BuildClaim as BuildClaim,
+)
+from rxmesh.messaging._build import (
+    BuildClaimRequest as BuildClaimRequest,
+)
+from rxmesh.messaging._build import (
     BuildCoordinator,
     BuildCoordinatorStatistics,
-    build_claim_handshake,
 )
 from rxmesh.messaging._handshake import (
-    DEFAULT_COORDINATION_ATTEMPTS,
-    DEFAULT_COORDINATION_BACKOFF,
+    DEFAULT_COORDINATION_ATTEMPTS as DEFAULT_COORDINATION_ATTEMPTS,
+)
+from rxmesh.messaging._handshake import (
+    DEFAULT_COORDINATION_BACKOFF as DEFAULT_COORDINATION_BACKOFF,
+)
+from rxmesh.messaging._handshake import (
     retry_unreachable_coordination,
 )
 from rxmesh.messaging._hub import (
-    DEFAULT_FORWARD_TIMEOUT,
-    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT as DEFAULT_REQUEST_TIMEOUT,
+)
+from rxmesh.messaging._hub import (
     MessageContext,
     MessageHub,
 )
-from rxmesh.messaging._router import DEFAULT_PLACEMENT_TIMEOUT, Router, RouterStatistics
-from rxmesh.messaging._transport import FrameHandler, Serving, Transport
+from rxmesh.messaging._router import Router, RouterStatistics
+from rxmesh.messaging._transport import Transport
 from rxmesh.messaging._transport_inproc import InProcessTransport
-from rxmesh.messaging._transport_nats import NatsTransport, subject_for
-from rxmesh.messaging._wire import Ack, flatten_exception, message_type_name
+from rxmesh.messaging._transport_nats import NatsTransport
+from rxmesh.messaging._transport_nats import subject_for as subject_for
+from rxmesh.messaging._wire import Ack as Ack
+from rxmesh.messaging._wire import flatten_exception as flatten_exception
 from rxmesh.messaging._witness import (
-    BuildDecision,
-    BuildWitness,
-    InMemoryBuildWitness,
-    LocalDecision,
-    WitnessVerdict,
-    claim_build,
-    decide_at_witness_door,
+    BuildDecision as BuildDecision,
+)
+from rxmesh.messaging._witness import (
+    BuildWitness as BuildWitness,
+)
+from rxmesh.messaging._witness import (
+    InMemoryBuildWitness as InMemoryBuildWitness,
+)
+from rxmesh.messaging._witness import (
+    LocalDecision as LocalDecision,
+)
+from rxmesh.messaging._witness import (
+    WitnessVerdict as WitnessVerdict,
+)
+from rxmesh.messaging._witness import (
+    claim_build as claim_build,
+)
+from rxmesh.messaging._witness import (
+    decide_at_witness_door as decide_at_witness_door,
 )
 
 __all__ = [
-    "BUILD_COORDINATOR_ADDRESS",
-    "DEFAULT_COORDINATION_ATTEMPTS",
-    "DEFAULT_COORDINATION_BACKOFF",
-    "DEFAULT_FORWARD_TIMEOUT",
-    "DEFAULT_PLACEMENT_TIMEOUT",
-    "DEFAULT_REQUEST_TIMEOUT",
-    "Ack",
-    "BuildClaim",
-    "BuildClaimRequest",
     "BuildCoordinator",
     "BuildCoordinatorStatistics",
-    "BuildDecision",
-    "BuildWitness",
-    "FrameHandler",
-    "InMemoryBuildWitness",
     "InProcessTransport",
-    "LocalDecision",
     "MessageContext",
     "MessageHub",
     "NatsTransport",
     "Router",
     "RouterStatistics",
-    "Serving",
     "Transport",
-    "WitnessVerdict",
-    "build_claim_handshake",
-    "claim_build",
-    "decide_at_witness_door",
-    "flatten_exception",
-    "message_type_name",
     "retry_unreachable_coordination",
-    "subject_for",
 ]
