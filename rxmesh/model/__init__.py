@@ -36,64 +36,63 @@ from pydantic import (
 )
 
 from rxmesh.model._rules import (
-    MAX_CONTENT_BYTES,
-    MAX_CONTENT_DEPTH,
-    MAX_CONTENT_INT_DIGITS,
-    MAX_LABEL_LENGTH,
-    MAX_PARTITION_LENGTH,
-    MAX_PATH_DEPTH,
-    MAX_PATH_LENGTH,
-    MAX_REQUEST_ID_LENGTH,
-    MAX_SEGMENT_LENGTH,
+    MAX_CONTENT_BYTES as MAX_CONTENT_BYTES,
+)
+from rxmesh.model._rules import (
+    MAX_CONTENT_DEPTH as MAX_CONTENT_DEPTH,
+)
+from rxmesh.model._rules import (
+    MAX_CONTENT_INT_DIGITS as MAX_CONTENT_INT_DIGITS,
+)
+from rxmesh.model._rules import (
+    MAX_LABEL_LENGTH as MAX_LABEL_LENGTH,
+)
+from rxmesh.model._rules import (
+    MAX_PATH_LENGTH as MAX_PATH_LENGTH,
+)
+from rxmesh.model._rules import (
+    MAX_REQUEST_ID_LENGTH as MAX_REQUEST_ID_LENGTH,
+)
+from rxmesh.model._rules import (
+    MAX_SEGMENT_LENGTH as MAX_SEGMENT_LENGTH,
+)
+from rxmesh.model._rules import (
     MAX_USER_ID_LENGTH,
-    USER_ID_RULE,
     _label_problem,
     _request_id_problem,
     _text_problem,
     _user_id_problem,
-    is_reserved_path,
-    partition_of,
     validate_content,
-    validate_label,
     validate_path,
-    validate_request_id,
-    validate_stored_text,
-    validate_user_id,
+)
+from rxmesh.model._rules import (
+    is_reserved_path as is_reserved_path,
+)
+from rxmesh.model._rules import (
+    partition_of as partition_of,
+)
+from rxmesh.model._rules import (
+    validate_label as validate_label,
+)
+from rxmesh.model._rules import (
+    validate_request_id as validate_request_id,
+)
+from rxmesh.model._rules import (
+    validate_stored_text as validate_stored_text,
+)
+from rxmesh.model._rules import (
+    validate_user_id as validate_user_id,
 )
 
 __all__ = [
-    "MAX_CONTENT_BYTES",
-    "MAX_CONTENT_DEPTH",
-    "MAX_CONTENT_INT_DIGITS",
-    "MAX_LABEL_LENGTH",
-    "MAX_PARTITION_LENGTH",
-    "MAX_PATH_DEPTH",
-    "MAX_PATH_LENGTH",
-    "MAX_REQUEST_ID_LENGTH",
-    "MAX_SEGMENT_LENGTH",
-    "MAX_USER_ID_LENGTH",
-    "NODE_TYPE_NODE_TYPE",
-    "NODE_TYPE_PATTERN",
-    "SYSTEM_USER",
-    "USER_ID_RULE",
     "AccessContext",
-    "ChangeFeedGap",
-    "CommitAnnounced",
     "FrameKind",
     "MeshNode",
     "NodeChange",
     "NodeQuery",
     "QueryFrame",
-    "StoreEvidence",
-    "WindowCommitted",
-    "is_reserved_path",
-    "partition_of",
     "validate_content",
-    "validate_label",
     "validate_path",
-    "validate_request_id",
-    "validate_stored_text",
-    "validate_user_id",
 ]
 
 NODE_TYPE_PATTERN = r"^[A-Za-z][A-Za-z0-9_.:-]{0,127}$"
