@@ -25,7 +25,6 @@ check every emit point reads, and operation scopes; ``prometheus`` and ``otel`` 
 from __future__ import annotations
 
 from rxmesh.instrumentation._events import (
-    SUCCESS,
     CacheChainBuilt,
     CacheChainEvicted,
     ChangeFeedGapDeclared,
@@ -47,16 +46,17 @@ from rxmesh.instrumentation._seam import (
     Instrument,
     InstrumentationStatistics,
     OperationScope,
-    OperationTrace,
     emit,
     install,
     installed,
     operation,
     statistics,
 )
+from rxmesh.instrumentation._seam import (
+    OperationTrace as OperationTrace,
+)
 
 __all__ = [
-    "SUCCESS",
     "CacheChainBuilt",
     "CacheChainEvicted",
     "ChangeFeedGapDeclared",
@@ -72,7 +72,6 @@ __all__ = [
     "NodeOperationAnswered",
     "OperationScope",
     "OperationStarted",
-    "OperationTrace",
     "ProbeRoundTrip",
     "RetryScheduled",
     "WatchReopened",

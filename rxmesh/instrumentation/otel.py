@@ -25,7 +25,7 @@ from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, Statu
 
 from rxmesh.instrumentation import _events
 
-__all__ = ["DEFAULT_REMEMBER", "OpenTelemetryInstrument"]
+__all__ = ["OpenTelemetryInstrument"]
 
 DEFAULT_REMEMBER = 10_000
 """UNAVAILABLE answers whose span context is kept for the link of their re-issue."""

@@ -31,13 +31,7 @@ from prometheus_client.registry import Collector
 from rxmesh._util.asgi import serve_lifespan
 from rxmesh.instrumentation import _events, _seam
 
-__all__ = [
-    "HEALTH_STATUS_VALUES",
-    "LedgerLike",
-    "MetricsApp",
-    "PrometheusInstrument",
-    "metrics_app",
-]
+__all__ = ["MetricsApp", "PrometheusInstrument", "metrics_app"]
 
 ASGIApp = Callable[
     [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
@@ -54,7 +48,7 @@ _GAP_BUCKETS = (0.1, 1.0, 5.0, 15.0, 60.0, 300.0, 1800.0)
 _ATTEMPT_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 8.0)
 
 
-class LedgerLike(Protocol):
+class _LedgerLike(Protocol):
     """What the pending-intents collector reads: :class:`rxmesh.ledger.PendingWriteLedger`."""
 
     def statistics(self) -> Any: ...
@@ -64,7 +58,7 @@ class _LedgerCollector(Collector):
     """Reads the watched ledgers' ``statistics()`` at scrape time (summed over the ledgers):
     the state gauges need no event, and no edit of the ledger."""
 
-    def __init__(self, ledgers: list[LedgerLike]) -> None:
+    def __init__(self, ledgers: list[_LedgerLike]) -> None:
         self._ledgers = ledgers
 
     def collect(self) -> Iterator[Metric]:
@@ -106,7 +100,7 @@ class PrometheusInstrument:
     """
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, *, ledgers: tuple[LedgerLike, ...] = ()
+        self, registry: CollectorRegistry | None = None, *, ledgers: tuple[_LedgerLike, ...] = ()
     ) -> None:
         self.registry = registry if registry is not None else REGISTRY
         r = self.registry
@@ -222,7 +216,7 @@ class PrometheusInstrument:
             ["verdict"],
             registry=r,
         )
-        self._ledgers: list[LedgerLike] = list(ledgers)
+        self._ledgers: list[_LedgerLike] = list(ledgers)
         self._own: list[Collector] = [
             value for value in vars(self).values() if isinstance(value, (Counter, Gauge, Histogram))
         ]
@@ -252,7 +246,7 @@ class PrometheusInstrument:
         for collector in own:
             self.registry.unregister(collector)
 
-    def watch_ledger(self, ledger: LedgerLike) -> None:
+    def watch_ledger(self, ledger: _LedgerLike) -> None:
         """Export ``ledger``'s intents too (read at scrape time; no event needed)."""
         self._ledgers.append(ledger)
 
