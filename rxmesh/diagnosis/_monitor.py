@@ -31,7 +31,7 @@ from rxmesh.diagnosis._fields import (
 from rxmesh.instrumentation import _events
 from rxmesh.instrumentation import _seam as _instrumentation
 
-__all__ = ["LoopStall", "LoopStallMonitor", "LoopStallStatistics", "active_monitors"]
+__all__ = ["LoopStallMonitor", "LoopStallStatistics"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,9 +33,6 @@ from rxmesh.diagnosis._fields import (
 )
 
 __all__ = [
-    "ENRICHMENT_THRESHOLD",
-    "SHARE_THRESHOLD",
-    "MalformedLine",
     "TriageReport",
     "format_triage",
     "triage",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from rxmesh.diagnosis import active_monitors
+from rxmesh.diagnosis._monitor import active_monitors
 
 
 class SerializedLog:

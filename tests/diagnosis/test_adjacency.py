@@ -10,7 +10,6 @@ from contextlib import contextmanager
 import pytest
 
 from rxmesh.diagnosis import (
-    LoopStall,
     LoopStallMonitor,
     StallAdjacency,
     StoreUnreachableReport,
@@ -20,6 +19,7 @@ from rxmesh.diagnosis import (
     with_stall_adjacency,
 )
 from rxmesh.diagnosis._fields import EVENT_STORE_UNREACHABLE
+from rxmesh.diagnosis._monitor import LoopStall
 from rxmesh.exceptions import StoreError
 from rxmesh.faults import is_store_unreachable
 from tests.diagnosis.conftest import FakeClock, FakeLoop, SerializedLog

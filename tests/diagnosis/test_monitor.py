@@ -9,14 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from rxmesh.diagnosis import (
+from rxmesh.diagnosis import LoopStallMonitor
+from rxmesh.diagnosis._fields import (
     DEFAULT_LATE_THRESHOLD_SECONDS,
     DEFAULT_TICK_SECONDS,
-    LoopStall,
-    LoopStallMonitor,
-    active_monitors,
+    EVENT_LOOP_STALL,
 )
-from rxmesh.diagnosis._fields import EVENT_LOOP_STALL
+from rxmesh.diagnosis._monitor import LoopStall, active_monitors
 from tests.diagnosis.conftest import FakeClock, FakeLoop, SerializedLog
 
 

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from rxmesh.diagnosis import MalformedLine, format_triage, triage
+from rxmesh.diagnosis import format_triage, triage
+from rxmesh.diagnosis._triage import MalformedLine
 from tests.diagnosis import _logs as logs
 
 
