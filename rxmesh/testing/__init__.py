@@ -30,46 +30,45 @@ backends; the throwaway servers on ``_throwaway``: ``_cluster`` (PostgreSQL), ``
 from __future__ import annotations
 
 from rxmesh.testing._cluster import TemporaryPostgresCluster
-from rxmesh.testing._delays import is_testing, set_testing
+from rxmesh.testing._delays import is_testing as is_testing
+from rxmesh.testing._delays import set_testing
 from rxmesh.testing._fault_store import (
-    WRITE_OPS,
-    ExcFactory,
+    WRITE_OPS as WRITE_OPS,
+)
+from rxmesh.testing._fault_store import (
     FaultInjectingStore,
     FaultInjectingStoreStatistics,
-    FeedMode,
-    Operation,
     connect_timeout_error,
     connection_reset_error,
     unreachable_error,
 )
-from rxmesh.testing._nats import TemporaryNatsCluster
+from rxmesh.testing._fault_store import (
+    Operation as Operation,
+)
+from rxmesh.testing._nats import TemporaryNatsCluster as TemporaryNatsCluster
 from rxmesh.testing._outage import (
-    InMemoryOutage,
-    OutageBackend,
-    PostgresProxyOutage,
-    ServerStopOutage,
+    InMemoryOutage as InMemoryOutage,
+)
+from rxmesh.testing._outage import (
+    OutageBackend as OutageBackend,
+)
+from rxmesh.testing._outage import (
+    PostgresProxyOutage as PostgresProxyOutage,
+)
+from rxmesh.testing._outage import (
+    ServerStopOutage as ServerStopOutage,
 )
 from rxmesh.testing._pgbouncer import TemporaryPgBouncer
 from rxmesh.testing._proxy import FaultProxy
 
 __all__ = [
-    "WRITE_OPS",
-    "ExcFactory",
     "FaultInjectingStore",
     "FaultInjectingStoreStatistics",
     "FaultProxy",
-    "FeedMode",
-    "InMemoryOutage",
-    "Operation",
-    "OutageBackend",
-    "PostgresProxyOutage",
-    "ServerStopOutage",
-    "TemporaryNatsCluster",
     "TemporaryPgBouncer",
     "TemporaryPostgresCluster",
     "connect_timeout_error",
     "connection_reset_error",
-    "is_testing",
     "set_testing",
     "unreachable_error",
 ]
