@@ -26,14 +26,12 @@ from loguru import logger
 
 from rxmesh._util.asgi import Receive, Scope, Send, serve_lifespan
 from rxmesh.health._checks import (
-    DEFAULT_MALFORMED_WINDOW,
     ChangeFeedCheck,
-    ChangeFeedSnapshot,
-    ChangeFeedSource,
     LiveRecordCensusCheck,
-    LiveRecordReading,
     PendingWritesCheck,
-    PendingWritesSource,
+)
+from rxmesh.health._checks import (
+    LiveRecordReading as LiveRecordReading,
 )
 from rxmesh.health._model import (
     HealthCheck,
@@ -46,21 +44,15 @@ from rxmesh.instrumentation import _events
 from rxmesh.instrumentation import _seam as _instrumentation
 
 __all__ = [
-    "DEFAULT_MALFORMED_WINDOW",
     "ChangeFeedCheck",
-    "ChangeFeedSnapshot",
-    "ChangeFeedSource",
     "HealthApp",
     "HealthCheck",
     "HealthCheckResult",
     "HealthRegistry",
     "HealthReport",
-    "HealthReportEntry",
     "HealthStatus",
     "LiveRecordCensusCheck",
-    "LiveRecordReading",
     "PendingWritesCheck",
-    "PendingWritesSource",
     "asgi_app",
 ]
 
