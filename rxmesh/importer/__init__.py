@@ -56,12 +56,18 @@ from rxmesh.importer._read import (
     Window,
     check_node,
     count_entries,
-    read_directory,
     read_stream,
 )
+from rxmesh.importer._read import (
+    read_directory as read_directory,
+)
 from rxmesh.importer._report import (
-    EXIT_OK,
-    EXIT_REFUSED,
+    EXIT_OK as EXIT_OK,
+)
+from rxmesh.importer._report import (
+    EXIT_REFUSED as EXIT_REFUSED,
+)
+from rxmesh.importer._report import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     ImportReport,
@@ -73,23 +79,7 @@ from rxmesh.model import AccessContext, validate_path, validate_user_id
 from rxmesh.operations import CreateNodesRequest, CreateNodesResponse, RejectionReason
 from rxmesh.providers import Store
 
-__all__ = [
-    "DEFAULT_IMPORT_USER",
-    "DEFAULT_IMPORT_WINDOW",
-    "EXIT_OK",
-    "EXIT_REFUSED",
-    "EXIT_UNAVAILABLE",
-    "EXIT_USAGE",
-    "FORMAT_HELP",
-    "ImportItem",
-    "ImportProblem",
-    "ImportReport",
-    "Progress",
-    "add_arguments",
-    "import_directory",
-    "read_directory",
-    "run",
-]
+__all__ = ["ImportReport", "import_directory"]
 
 # Plain text for --help: a Sphinx role (:meth:`x`) is printed as its target's name.
 FORMAT_HELP = re.sub(r":\w+:`~?([^`]+)`", r"\1", (__doc__ or "").replace("``", ""))
