@@ -29,21 +29,15 @@ from rxmesh.exceptions import (
 )
 
 __all__ = [
-    "MAX_CHAIN_FRAMES",
-    "NOT_SENT_SQLSTATES",
-    "NO_ANSWER_IN_TIME_PHRASES",
     "TRANSIENT_CONNECT_SQLSTATES",
     "describe_may_have_partially_landed",
     "describe_not_attempted",
-    "exception_chain",
     "is_cooperative_cancellation",
     "is_coordination_unreachable",
-    "is_db_frame",
     "is_no_answer_in_time",
     "is_standing_watch_transient",
     "is_store_unreachable",
     "is_transient_connect_fault",
-    "is_write_outcome_unknown",
 ]
 
 TRANSIENT_CONNECT_SQLSTATES: frozenset[str] = frozenset(
