@@ -28,34 +28,34 @@ from __future__ import annotations
 # working, outside __all__.
 from rxmesh.exceptions import JournalError as JournalError
 from rxmesh.exceptions import PendingWriteHeldError as PendingWriteHeldError
-from rxmesh.ledger._bound import DEFAULT_DURABLE_TIMEOUT
-from rxmesh.ledger._inspect import read_journal
+from rxmesh.ledger._inspect import read_journal as read_journal
 from rxmesh.ledger._jetstream import JetStreamLedger
-from rxmesh.ledger._ledger import JOURNAL_DIR_ENV, PendingWriteLedger, RecordResult
+from rxmesh.ledger._ledger import (
+    JOURNAL_DIR_ENV as JOURNAL_DIR_ENV,
+)
+from rxmesh.ledger._ledger import (
+    PendingWriteLedger,
+)
+from rxmesh.ledger._ledger import (
+    RecordResult as RecordResult,
+)
 from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
 from rxmesh.ledger._recovery import (
-    DEFAULT_MAX_CONCURRENT_REISSUES,
-    EvidenceSource,
-    PendingWriteRecovery,
-    ReissuingMesh,
-    outcome_of,
+    DEFAULT_MAX_CONCURRENT_REISSUES as DEFAULT_MAX_CONCURRENT_REISSUES,
 )
-from rxmesh.ledger._verbs import Answer
+from rxmesh.ledger._recovery import (
+    PendingWriteRecovery,
+)
+from rxmesh.ledger._recovery import (
+    outcome_of as outcome_of,
+)
+from rxmesh.ledger._verbs import Answer as Answer
 
 __all__ = [
-    "DEFAULT_DURABLE_TIMEOUT",
-    "DEFAULT_MAX_CONCURRENT_REISSUES",
-    "JOURNAL_DIR_ENV",
-    "Answer",
-    "EvidenceSource",
     "JetStreamLedger",
     "LedgerStatistics",
     "PendingWrite",
     "PendingWriteLedger",
     "PendingWriteOutcome",
     "PendingWriteRecovery",
-    "RecordResult",
-    "ReissuingMesh",
-    "outcome_of",
-    "read_journal",
 ]
