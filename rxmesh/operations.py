@@ -47,7 +47,6 @@ __all__ = [
     "RejectionReason",
     "UpdateNodeRequest",
     "Verdict",
-    "new_request_id",
 ]
 
 
