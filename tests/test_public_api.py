@@ -160,6 +160,7 @@ ONE_HOME: dict[str, dict[str, list[str]]] = {
     "rxmesh.exceptions": {
         "rxmesh.ledger": ["JournalError", "PendingWriteHeldError"],
         "rxmesh.drill": ["DrillSetupError"],
+        "rxmesh.providers.postgres": ["ChangeFeedUnverifiedError"],
     },
     "rxmesh.nodetypes.census": {"rxmesh.census": ["CensusStatistics", "LiveRecordCensus"]},
     "rxmesh.nodetypes.prewarm": {

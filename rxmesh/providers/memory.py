@@ -44,7 +44,7 @@ from rxmesh.providers._memory_live import live_query
 from rxmesh.providers._memory_verbs import MemoryVerbs, WriteAttempt, cold
 from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
 
-__all__ = ["InMemoryStore", "InMemoryStoreStatistics", "WriteAttempt"]
+__all__ = ["InMemoryStore", "InMemoryStoreStatistics"]
 
 _T = TypeVar("_T")
 _CHANGE_FIELDS = fields_of(NodeChange)

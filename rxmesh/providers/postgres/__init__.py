@@ -16,36 +16,15 @@ one way: down this list, never up it.
   :class:`~rxmesh.exceptions.StoreError`, a pure function; ``_rows``: rows as nodes and back.
 """
 
-from rxmesh.exceptions import ChangeFeedUnverifiedError
-from rxmesh.providers.postgres._book import (
-    DEFAULT_MALFORMED_LOG_INTERVAL,
-    ChangeFeedState,
-    ChangeFeedStatistics,
-)
-from rxmesh.providers.postgres._connections import TARGET_SESSION_ATTRS
-from rxmesh.providers.postgres._schema import (
-    DEFAULT_SCHEMA_PREFIX,
-    quote_identifier,
-    schema_for_partition,
-)
-from rxmesh.providers.postgres._store import (
-    DEFAULT_FEED_LOSS_BOUND,
-    DEFAULT_RECONNECT_BACKOFF,
-    PostgresStore,
-    PostgresStoreStatistics,
-)
+from rxmesh.exceptions import ChangeFeedUnverifiedError as ChangeFeedUnverifiedError
+from rxmesh.providers.postgres._book import ChangeFeedState, ChangeFeedStatistics
+from rxmesh.providers.postgres._connections import TARGET_SESSION_ATTRS as TARGET_SESSION_ATTRS
+from rxmesh.providers.postgres._schema import quote_identifier as quote_identifier
+from rxmesh.providers.postgres._store import PostgresStore, PostgresStoreStatistics
 
 __all__ = [
-    "DEFAULT_FEED_LOSS_BOUND",
-    "DEFAULT_MALFORMED_LOG_INTERVAL",
-    "DEFAULT_RECONNECT_BACKOFF",
-    "DEFAULT_SCHEMA_PREFIX",
-    "TARGET_SESSION_ATTRS",
     "ChangeFeedState",
     "ChangeFeedStatistics",
-    "ChangeFeedUnverifiedError",
     "PostgresStore",
     "PostgresStoreStatistics",
-    "quote_identifier",
-    "schema_for_partition",
 ]
