@@ -47,8 +47,10 @@ from rxmesh.nodetypes._specs import (
     FieldType,
     NodeTypeSpec,
     bake,
-    describe_validation_error,
     parse_spec,
+)
+from rxmesh.nodetypes._specs import (
+    describe_validation_error as describe_validation_error,
 )
 
 __all__ = [
@@ -60,7 +62,6 @@ __all__ = [
     "NodeTypeSpec",
     "RegistryChange",
     "bake",
-    "describe_validation_error",
 ]
 
 

@@ -42,14 +42,7 @@ from rxmesh.operators import (
     reopen_on_transient_fault,
 )
 
-__all__ = [
-    "CENSUS_QUERY",
-    "CensusHealth",
-    "CensusStatistics",
-    "LiveRecordCensus",
-    "QuerySource",
-    "describe_chain",
-]
+__all__ = ["CensusStatistics", "LiveRecordCensus"]
 
 CENSUS_QUERY = NodeQuery(node_type=NODE_TYPE_NODE_TYPE)
 """The query the census watches: every NodeType record."""

@@ -56,16 +56,7 @@ from rxmesh.nodetypes import NodeTypeRegistry, RegistryChange
 from rxmesh.operators import DEFAULT_RETRY_DELAYS, retry_transient_connect
 from rxmesh.providers import Store
 
-__all__ = [
-    "BUILD_WITNESS_NODE_TYPE",
-    "BUILD_WITNESS_PREFIX",
-    "PREWARM_QUERY",
-    "PreWarmResult",
-    "PreWarmer",
-    "StoreBuildWitness",
-    "default_holder",
-    "proceed_locally",
-]
+__all__ = ["PreWarmResult", "PreWarmer", "StoreBuildWitness"]
 
 PREWARM_QUERY = NodeQuery(node_type="NodeType")
 """The one-shot query the sweep reads: every NodeType record."""
