@@ -39,11 +39,16 @@ from rxmesh.operators._aio_reopen_on_transient_fault import (
 from rxmesh.operators._aio_retry_transient_connect import (
     retry_transient_connect_async as retry_transient_connect_async,
 )
-from rxmesh.operators._fan_in import DEFAULT_INITIAL_BUDGET, fan_in
+from rxmesh.operators._fan_in import DEFAULT_INITIAL_BUDGET as DEFAULT_INITIAL_BUDGET
+from rxmesh.operators._fan_in import fan_in
 from rxmesh.operators._ladder import Ladder, ReopenLadder
 from rxmesh.operators._reopen_on_transient_fault import (
-    DEFAULT_MAX_CONSECUTIVE_REOPENS,
-    DEFAULT_REOPEN_BACKOFF,
+    DEFAULT_MAX_CONSECUTIVE_REOPENS as DEFAULT_MAX_CONSECUTIVE_REOPENS,
+)
+from rxmesh.operators._reopen_on_transient_fault import (
+    DEFAULT_REOPEN_BACKOFF as DEFAULT_REOPEN_BACKOFF,
+)
+from rxmesh.operators._reopen_on_transient_fault import (
     reopen_on_transient_fault,
 )
 from rxmesh.operators._retry_transient_connect import (
@@ -52,9 +57,6 @@ from rxmesh.operators._retry_transient_connect import (
 )
 
 __all__ = [
-    "DEFAULT_INITIAL_BUDGET",
-    "DEFAULT_MAX_CONSECUTIVE_REOPENS",
-    "DEFAULT_REOPEN_BACKOFF",
     "DEFAULT_RETRY_DELAYS",
     "Ladder",
     "ReopenLadder",
