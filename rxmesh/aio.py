@@ -35,10 +35,8 @@ from rxmesh.operators._aio_reopen_on_transient_fault import reopen_on_transient_
 from rxmesh.operators._aio_retry_transient_connect import retry_transient_connect_async
 
 __all__ = [
-    "DEFAULT_MAX_PENDING",
     "ObservableIterator",
     "first_value",
-    "from_async",
     "iterate",
     "reopen_on_transient_fault_async",
     "retry_transient_connect_async",
