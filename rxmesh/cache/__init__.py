@@ -40,14 +40,7 @@ from rxmesh.instrumentation import _events
 from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.model import QueryFrame
 
-__all__ = [
-    "DEFAULT_IDLE_BACKLOG",
-    "DEFAULT_IDLE_GRACE",
-    "CacheStatistics",
-    "QuerySnapshot",
-    "SyncedQueryCache",
-    "fold_query_frames",
-]
+__all__ = ["CacheStatistics", "SyncedQueryCache", "fold_query_frames"]
 
 Q = TypeVar("Q", bound=Hashable)
 T = TypeVar("T")
