@@ -55,22 +55,24 @@ from __future__ import annotations
 # so they stay out of __all__.
 from rxmesh.drill._cli import add_arguments as add_arguments
 from rxmesh.drill._cli import run as run
-from rxmesh.drill._drill import SABOTAGES
+from rxmesh.drill._drill import SABOTAGES as SABOTAGES
 from rxmesh.drill._runner import run_drill
-from rxmesh.drill._timeline import DrillEvent, DrillResult
-from rxmesh.drill.invariants import DrillAccounting, Invariant, RequestAccount, check_invariants
+from rxmesh.drill._timeline import DrillResult
+from rxmesh.drill.invariants import (
+    DrillAccounting as DrillAccounting,
+)
+from rxmesh.drill.invariants import (
+    Invariant as Invariant,
+)
+from rxmesh.drill.invariants import (
+    RequestAccount as RequestAccount,
+)
+from rxmesh.drill.invariants import (
+    check_invariants as check_invariants,
+)
 
 # DrillSetupError's home is rxmesh.exceptions; this import keeps ``from rxmesh.drill import ...``
 # working, outside __all__.
 from rxmesh.exceptions import DrillSetupError as DrillSetupError
 
-__all__ = [
-    "SABOTAGES",
-    "DrillAccounting",
-    "DrillEvent",
-    "DrillResult",
-    "Invariant",
-    "RequestAccount",
-    "check_invariants",
-    "run_drill",
-]
+__all__ = ["DrillResult", "run_drill"]

@@ -25,7 +25,7 @@ from rxmesh.health import HealthStatus
 from rxmesh.model import MeshNode, is_reserved_path
 from rxmesh.operations import RejectionReason, Verdict
 
-__all__ = ["DrillAccounting", "Invariant", "RequestAccount", "check_invariants", "item_of"]
+__all__: list[str] = []
 
 
 @dataclass(frozen=True, slots=True)
