@@ -41,7 +41,7 @@ from rxmesh.aio import iterate
 from rxmesh.faults import is_standing_watch_transient
 from rxmesh.model import QueryFrame
 
-__all__ = ["DEFAULT_HEARTBEAT", "EventStream"]
+__all__ = ["EventStream"]
 
 DEFAULT_HEARTBEAT = 15.0
 """Seconds of silence before a heartbeat comment (under the usual 30-60 s proxy idle timeouts)."""

@@ -20,9 +20,7 @@ from rxmesh.model import NodeQuery, QueryFrame
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import connection_reset_error
 from rxmesh.web import EventStream
-from tests.helpers import doc
-
-from .mesh.conftest import ALICE
+from tests.helpers import ALICE, doc
 
 QUERY = NodeQuery(partition="acme", node_type="Doc")
 
