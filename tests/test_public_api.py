@@ -7,9 +7,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -220,6 +222,73 @@ def test_a_name_has_one_home(home: str) -> None:
 def test_what_users_do_not_need_is_not_exported(name: str) -> None:
     module = import_public(name)
     assert not set(NOT_EXPORTED[name]) & set(module.__all__)
+
+
+# --------------------------------------------------------------------------------------------------
+# the size of the surface, and every public name in the reference
+
+PUBLIC_NAME_LIMIT = 180
+"""Distinct names in the ``__all__`` of every public module, the top level's included; a name
+re-exported by several modules counts once. docs/reference.md ("What is public") gives the rule."""
+
+REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference.md"
+DIRECTIVE = re.compile(r"^::: (rxmesh[\w.]*)\s*$", re.MULTILINE)
+
+
+def public_names(exports: dict[str, list[str]]) -> set[str]:
+    return {name for names in exports.values() for name in names}
+
+
+def all_exports() -> dict[str, list[str]]:
+    exports: dict[str, list[str]] = {}
+    for name in PUBLIC_MODULES:
+        try:
+            exports[name] = list(importlib.import_module(name).__all__)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] not in OPTIONAL_DEPENDENCIES:
+                raise
+    return exports
+
+
+def undocumented(exports: dict[str, list[str]], documented: set[str]) -> list[str]:
+    """``module.name`` for every exported name no documented module exports; the top level's
+    names count as documented when their home is (``rxmesh`` re-exports, it is no home)."""
+    found = public_names({m: n for m, n in exports.items() if m in documented})
+    return sorted(
+        f"{module}.{name}"
+        for module, names in exports.items()
+        for name in names
+        if name not in found
+    )
+
+
+def test_the_public_surface_stays_within_its_limit() -> None:
+    count = len(public_names(all_exports()))
+    assert count <= PUBLIC_NAME_LIMIT, f"{count} public names (limit {PUBLIC_NAME_LIMIT})"
+
+
+def test_the_limit_check_counts_a_re_export_once_and_sees_a_new_name() -> None:
+    # Negative control: a name exported twice counts once; one more name is one more.
+    exports = {"rxmesh": ["Mesh"], "rxmesh.mesh": ["Mesh"], "rxmesh.new": ["Extra"]}
+    assert len(public_names(exports)) == 2
+    assert len(public_names(all_exports() | {"rxmesh.new": ["BrandNewName"]})) == (
+        len(public_names(all_exports())) + 1
+    )
+
+
+def test_every_public_name_is_in_the_reference() -> None:
+    documented = set(DIRECTIVE.findall(REFERENCE.read_text()))
+    assert not undocumented(all_exports(), documented)
+
+
+def test_the_reference_check_sees_a_module_left_out() -> None:
+    # Negative control: a module whose names the reference does not render is reported, and a
+    # top-level name whose home is left out too.
+    documented = set(DIRECTIVE.findall(REFERENCE.read_text()))
+    assert "rxmesh.health" in documented
+    missing = undocumented(all_exports(), documented - {"rxmesh.health"})
+    assert "rxmesh.health.HealthRegistry" in missing
+    assert "rxmesh.Mesh" in undocumented(all_exports(), documented - {"rxmesh.mesh"})
 
 
 def test_is_store_unreachable_is_exported_as_the_same_object() -> None:
