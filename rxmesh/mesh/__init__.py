@@ -11,22 +11,20 @@ re-opened live query; ``_in_process`` the awaitable verbs' request and error.
 from __future__ import annotations
 
 from rxmesh.mesh._access import (
-    VERBS,
+    VERBS as VERBS,
     AccessPolicy,
     GrantPolicy,
-    PartitionFacts,
+    PartitionFacts as PartitionFacts,
     grant_path,
     owner_path,
 )
 from rxmesh.mesh._mesh import Mesh, NodeTypeValidator, Validator
 
 __all__ = [
-    "VERBS",
     "AccessPolicy",
     "GrantPolicy",
     "Mesh",
     "NodeTypeValidator",
-    "PartitionFacts",
     "Validator",
     "grant_path",
     "owner_path",
