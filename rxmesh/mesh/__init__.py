@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from rxmesh.mesh._access import (
     VERBS as VERBS,
+)
+from rxmesh.mesh._access import (
     AccessPolicy,
     GrantPolicy,
-    PartitionFacts as PartitionFacts,
     grant_path,
     owner_path,
+)
+from rxmesh.mesh._access import (
+    PartitionFacts as PartitionFacts,
 )
 from rxmesh.mesh._mesh import Mesh, NodeTypeValidator, Validator
 
