@@ -265,7 +265,7 @@ class _Lab:
             return await select(*args)
 
         setattr(self.store, name, counting)
-        await self.store.awrite(MeshNode(path=f"{PARTITION}/seed", node_type="Row", version=1))
+        await self.store.write(MeshNode(path=f"{PARTITION}/seed", node_type="Row", version=1))
         # Rows as the mesh writes them (creator, creation time and request id stamped), or
         # with those columns NULL (``--bare-rows``: the rows of the figures before this option).
         at = datetime.now(UTC) if self.stamped else None
@@ -295,7 +295,7 @@ class _Lab:
             lambda e: seen.set() if getattr(e, "path", None) == marker else None
         )
         try:
-            await self.store.awrite(MeshNode(path=marker, node_type="Row", version=1))
+            await self.store.write(MeshNode(path=marker, node_type="Row", version=1))
             async with asyncio.timeout(60):
                 await seen.wait()
         finally:

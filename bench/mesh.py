@@ -31,9 +31,10 @@ Lines printed (rounds of A and B alternate in one process; the median is taken):
   the same on any machine). Comparing two trees: run this file from one tree with ``PYTHONPATH``
   naming each tree's root in turn, so one bench measures both.
 - ``read_ladder``: one ``PostgresStore`` read through the retry ladder — as the mesh does it
-  (the coroutine twin under the ladder's coroutine driver: ``rxmesh``) and through the observable
-  and the operator (``rxmesh_observable``) — against a raw ``pool.fetchrow`` of the same row, and
-  against tenacity's ``AsyncRetrying`` around the same fetch when tenacity is installed.
+  (the verb awaited under the ladder's coroutine driver: ``rxmesh``) and through the adapter
+  ``rxmesh.providers.observe`` and the operator (``rxmesh_observable``) — against a raw
+  ``pool.fetchrow`` of the same row, and against tenacity's ``AsyncRetrying`` around the same
+  fetch when tenacity is installed.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from rxmesh.ledger import PendingWriteLedger
 from rxmesh.operations import UpdateNodeRequest
 from rxmesh.operators import retry_transient_connect
 from rxmesh.operators._ladder import Ladder
+from rxmesh.providers import observe
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
@@ -284,7 +286,7 @@ async def read_ladder(dsn: str, reads: int, repeat: int) -> dict[str, Any]:
     prefix = f"rxbr{uuid.uuid4().hex[:8]}_"
     store = PostgresStore(dsn, schema_prefix=prefix, max_size=4)
     await store.start()
-    await first_value(store.write(MeshNode(path="r/x", content={"v": 1}, version=1)))
+    await store.write(MeshNode(path="r/x", content={"v": 1}, version=1))
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4)
     assert pool is not None
     table = f"{quote_identifier(store.schema_of('r'))}.nodes"
@@ -298,12 +300,12 @@ async def read_ladder(dsn: str, reads: int, repeat: int) -> dict[str, Any]:
         await pool.fetchrow(sql, "r/x")
 
     async def mesh_read(_: int) -> None:
-        await first_value(store.read("r/x").pipe(ladder))
+        await first_value(observe(store.read, "r/x").pipe(ladder))
 
     coroutine_ladder = Ladder.of()
 
-    async def mesh_aread(_: int) -> None:  # what the mesh does inside: the coroutine twin
-        await coroutine_ladder.call(lambda: store.aread("r/x"))
+    async def mesh_aread(_: int) -> None:  # what the mesh does inside: the verb, awaited
+        await coroutine_ladder.call(lambda: store.read("r/x"))
 
     contenders: dict[str, Callable[[int], Awaitable[None]]] = {
         "raw": raw,

@@ -153,7 +153,7 @@ async def bench_write_many(dsn: str, rows: int, window: int, repeat: int) -> dic
                 )
 
         # A table of the store's own (its triggers, its listener), filled by a raw COPY.
-        await first_value(store.write(MeshNode(path="wcopy", version=1)), timeout=60)
+        await asyncio.wait_for(store.write(MeshNode(path="wcopy", version=1)), 60)
         same_schema = store.schema_of("wcopy")
 
         async def copy_same_table() -> None:
@@ -251,7 +251,7 @@ async def bench_change_feed_latency(
     subscription = store.changes.subscribe(on_change)
     try:
         await listener.add_listener(f"{prefix}changes", on_raw)
-        await first_value(store.write(MeshNode(path="lat/warm", version=1)), timeout=10)
+        await asyncio.wait_for(store.write(MeshNode(path="lat/warm", version=1)), 10)
         table = f"{quote_identifier(store.schema_of('lat'))}.nodes"
         insert = f"INSERT INTO {table} (path, version) VALUES ($1, 1)"
         for i in range(notifies):

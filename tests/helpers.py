@@ -7,7 +7,7 @@ import importlib.util
 import socket
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -70,6 +70,18 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def done(step: Coroutine[Any, Any, Any]) -> Any:
+    """The result of a coroutine that never suspends (a verb of the in-memory store), run here,
+    with no loop: for a test on virtual time. Its error is raised unchanged; a coroutine that
+    suspends is a test bug, and says so."""
+    try:
+        step.send(None)
+    except StopIteration as finished:
+        return finished.value
+    step.close()
+    raise AssertionError(f"{step!r} suspended: it needs a running loop")
 
 
 async def until(condition: Callable[[], bool], *, within: float = 10.0) -> None:

@@ -96,7 +96,7 @@ SHARED_PRIVATE = "rxmesh._util"
 _EVENTS = "rxmesh.instrumentation._events"
 _SEAM = "rxmesh.instrumentation._seam"
 _STORE_AND_LADDER = {
-    "rxmesh.providers._store",  # call(), feed_is_whole(): a store's coroutine twins
+    "rxmesh.providers._store",  # feed_is_whole(): whether a store reports every commit
     "rxmesh.operators._ladder",  # Ladder, the delays' scale
 }
 CROSSINGS_LEFT: dict[str, set[str]] = {

@@ -127,7 +127,7 @@ IMPORT_PATHS: dict[str, list[str]] = {
         "PendingWriteLedger", "PendingWrite", "PendingWriteOutcome", "PendingWriteRecovery",
     ],
     "rxmesh.health": ["HealthRegistry", "HealthStatus", "HealthReport", "asgi_app"],
-    "rxmesh.providers": ["Store", "InMemoryStore", "PostgresStore"],
+    "rxmesh.providers": ["Store", "InMemoryStore", "PostgresStore", "observe"],
     "rxmesh.testing": ["FaultInjectingStore"],
     "rxmesh.messaging": ["MessageHub", "Router", "retry_unreachable_coordination"],
 }  # fmt: skip
@@ -227,7 +227,7 @@ def test_what_users_do_not_need_is_not_exported(name: str) -> None:
 # --------------------------------------------------------------------------------------------------
 # the size of the surface, and every public name in the reference
 
-PUBLIC_NAME_LIMIT = 178
+PUBLIC_NAME_LIMIT = 179
 """Distinct names in the ``__all__`` of every public module, the top level's included; a name
 re-exported by several modules counts once. docs/reference.md ("What is public") gives the rule."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from types import TracebackType
 from typing import Protocol
@@ -10,6 +11,7 @@ from loguru import logger
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable, Disposable
 
+from rxmesh.aio import from_async
 from rxmesh.exceptions import MeshDisposedError
 from rxmesh.ledger._jetstream import JetStreamLedger
 from rxmesh.ledger._journal import JournalError
@@ -44,7 +46,7 @@ class EvidenceSource(Protocol):
         """Hot stream of declared change-feed gaps and announced commits."""
         ...
 
-    def read(self, path: str) -> Observable[MeshNode | None]:
+    async def read(self, path: str) -> MeshNode | None:
         """The node at ``path``, or ``None`` for a clean absence."""
         ...
 
@@ -366,9 +368,8 @@ class PendingWriteRecovery:
                 ),
             )
 
-        self._mesh.store.read(confirm_path(intent)).subscribe(
-            settle, failed, scheduler=self._scheduler
-        )
+        read = functools.partial(self._mesh.store.read, confirm_path(intent))
+        from_async(read).subscribe(settle, failed, scheduler=self._scheduler)
 
     def _claim(self, reissue: _Reissue) -> bool:
         """Mark ``reissue`` answered; ``False`` if it was answered already or abandoned."""

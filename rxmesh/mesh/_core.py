@@ -39,7 +39,6 @@ from rxmesh.model._rules import content_certainly_fits
 from rxmesh.operators import retry_transient_connect
 from rxmesh.operators._ladder import Ladder
 from rxmesh.providers import Store
-from rxmesh.providers._store import call
 
 __all__ = ["MeshCore", "NodeTypeValidator", "Validator", "now", "stamp"]
 
@@ -60,11 +59,13 @@ class NodeTypeValidator(Protocol):
 
 
 async def _noting(
-    failed: Callable[[BaseException], object], store: Store, operation: str, args: tuple[Any, ...]
+    failed: Callable[[BaseException], object],
+    verb: Callable[..., Coroutine[Any, Any, Any]],
+    args: tuple[Any, ...],
 ) -> Any:
-    """:func:`~rxmesh.providers.call`, telling ``failed`` of its error before it propagates."""
+    """``verb(*args)`` awaited, telling ``failed`` of its error before it propagates."""
     try:
-        return await call(store, operation, *args)
+        return await verb(*args)
     except Exception as failure:
         failed(failure)
         raise
@@ -126,17 +127,17 @@ class MeshCore:
         failed: Callable[[BaseException], object] | None = None,
     ) -> Coroutine[Any, Any, Any]:
         """One store call (``"read"``, ``"write"``, ...) through the retry ladder: the only place
-        the mesh retries. Awaits the store's coroutine twin when it has one (no observable
-        machinery on the way), else its observable method (:func:`rxmesh.providers.call`).
-        ``failed(error)`` is told of each try that fails, retried or not (a create asks whether
-        a failed write may have landed).
+        the mesh retries. Each try awaits the store's verb anew. ``failed(error)`` is told of
+        each try that fails, retried or not (a create asks whether a failed write may have
+        landed).
 
         Returns the ladder's coroutine itself (to be awaited), and passes a partial, not a
         lambda: a call waiting in the ladder holds no frame and no closure of its own."""
+        verb = getattr(self.store, operation)
         if failed is None:
-            attempt = functools.partial(call, self.store, operation, *args)
+            attempt = functools.partial(verb, *args)
         else:
-            attempt = functools.partial(_noting, failed, self.store, operation, args)
+            attempt = functools.partial(_noting, failed, verb, args)
         return self.ladder.call(attempt, scheduler=self.scheduler)
 
     def ask_stream(self, operation: str, *args: Any) -> Observable[Any]:
@@ -149,7 +150,8 @@ class MeshCore:
     def ask_once(self, operation: str, *args: Any) -> Coroutine[Any, Any, Any]:
         """One store call and no retry: what a fault path asks before the terminal arm answers
         (which never retries); its error propagates to the caller."""
-        return call(self.store, operation, *args)
+        verb: Callable[..., Coroutine[Any, Any, Any]] = getattr(self.store, operation)
+        return verb(*args)
 
     def requester(self, access: AccessContext | None, node: MeshNode | None) -> AccessContext:
         """Who asks: the access, else the node's ``created_by``; nobody is refused FORBIDDEN."""

@@ -54,7 +54,7 @@ from rxmesh.model import (
 )
 from rxmesh.nodetypes import NodeTypeRegistry, RegistryChange
 from rxmesh.operators import DEFAULT_RETRY_DELAYS, retry_transient_connect
-from rxmesh.providers import Store
+from rxmesh.providers import Store, observe
 
 __all__ = ["PreWarmResult", "PreWarmer", "StoreBuildWitness"]
 
@@ -127,7 +127,7 @@ class StoreBuildWitness:
             Exception: a failed read propagates unchanged (never UNDETERMINED).
         """
         path = self.path_for(fingerprint)
-        found = await first_value(self.store.read(path).pipe(self._retry))
+        found = await first_value(observe(self.store.read, path).pipe(self._retry))
         if found is None:
             return WitnessVerdict.UNDETERMINED
         content = found.content
@@ -154,7 +154,7 @@ class StoreBuildWitness:
             node_type=BUILD_WITNESS_NODE_TYPE,
             content={"verdict": text, "fingerprint": fingerprint},
         )
-        return self.store.write(node)
+        return observe(self.store.write, node)
 
 
 @dataclass(frozen=True, slots=True)

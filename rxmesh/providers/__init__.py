@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rxmesh.providers._store import Store
+from rxmesh.providers._store import Store, observe
 
 if TYPE_CHECKING:
     from rxmesh.providers.memory import InMemoryStore
     from rxmesh.providers.postgres import PostgresStore
 
-__all__ = ["InMemoryStore", "PostgresStore", "Store"]
+__all__ = ["InMemoryStore", "PostgresStore", "Store", "observe"]
 
 
 def __getattr__(name: str) -> Any:

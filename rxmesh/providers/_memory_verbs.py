@@ -10,18 +10,13 @@ given to an update or move becomes the row's, so its re-issue recognises its own
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from typing import NamedTuple, TypeVar
-
-from reactivex import Observable, abc
-from reactivex.disposable import Disposable
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from rxmesh.exceptions import StoreConflictError, StoreVersionConflictError
 from rxmesh.model import MeshNode, NodeChange, partition_of
 
-__all__ = ["MemoryVerbs", "WriteAttempt", "cold", "own_write", "version_conflict"]
-
-_T = TypeVar("_T")
+__all__ = ["MemoryVerbs", "WriteAttempt", "own_write", "version_conflict"]
 
 
 class WriteAttempt(NamedTuple):
@@ -33,27 +28,6 @@ class WriteAttempt(NamedTuple):
 
     op: str
     path: str
-
-
-def cold(work: Callable[[], _T]) -> Observable[_T]:
-    """A cold observable that runs ``work()`` anew for each subscription and emits its result.
-
-    An exception raised by ``work`` is delivered as ``on_error`` (unchanged), never swallowed.
-    """
-
-    def subscribe(
-        observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
-    ) -> abc.DisposableBase:
-        try:
-            value = work()
-        except Exception as exc:  # noqa: BLE001 - forwarded to the observer unchanged
-            observer.on_error(exc)
-            return Disposable()
-        observer.on_next(value)
-        observer.on_completed()
-        return Disposable()
-
-    return Observable(subscribe)
 
 
 def version_conflict(
@@ -128,13 +102,13 @@ class MemoryVerbs:
         self._conflicts += 1
         raise version_conflict(self._name, path, expected_version, existing)
 
-    def update(
+    async def update(
         self,
         node: MeshNode,
         expected_version: int | None = None,
         expected_request_id: str | None = None,
         request_id: str | None = None,
-    ) -> Observable[MeshNode | None]:
+    ) -> MeshNode | None:
         """Replace the type and content of the node at ``node.path`` (version + 1).
 
         Keeps the stored ``created_by`` and ``created_at``; ``request_id`` (when given) becomes
@@ -143,27 +117,6 @@ class MemoryVerbs:
         is a compare-and-set: a row at another version (or, with ``expected_request_id``, written
         by another request) raises :class:`StoreVersionConflictError`. ``None`` if absent.
         """
-        return cold(
-            lambda: self._update_now(node, expected_version, expected_request_id, request_id)
-        )
-
-    async def aupdate(
-        self,
-        node: MeshNode,
-        expected_version: int | None = None,
-        expected_request_id: str | None = None,
-        request_id: str | None = None,
-    ) -> MeshNode | None:
-        """:meth:`update`, awaited."""
-        return self._update_now(node, expected_version, expected_request_id, request_id)
-
-    def _update_now(
-        self,
-        node: MeshNode,
-        expected_version: int | None,
-        expected_request_id: str | None,
-        request_id: str | None,
-    ) -> MeshNode | None:
         with self._lock:
             self.write_log.append(WriteAttempt("update", node.path))
             existing = self._get(node.path)
@@ -184,30 +137,16 @@ class MemoryVerbs:
         self._publish([change])
         return stored
 
-    def delete(
+    async def delete(
         self,
         path: str,
         expected_version: int | None = None,
         expected_request_id: str | None = None,
-    ) -> Observable[bool]:
+    ) -> bool:
         """Delete the node at ``path`` (not its children); ``False`` if it was absent.
 
         With ``expected_version``: a compare-and-set, as for :meth:`update`.
         """
-        return cold(lambda: self._delete_now(path, expected_version, expected_request_id))
-
-    async def adelete(
-        self,
-        path: str,
-        expected_version: int | None = None,
-        expected_request_id: str | None = None,
-    ) -> bool:
-        """:meth:`delete`, awaited."""
-        return self._delete_now(path, expected_version, expected_request_id)
-
-    def _delete_now(
-        self, path: str, expected_version: int | None, expected_request_id: str | None
-    ) -> bool:
         with self._lock:
             self.write_log.append(WriteAttempt("delete", path))
             table = self._partitions.get(partition_of(path))
@@ -225,14 +164,14 @@ class MemoryVerbs:
         )
         return True
 
-    def move(
+    async def move(
         self,
         source: str,
         target: str,
         expected_version: int | None = None,
         expected_request_id: str | None = None,
         request_id: str | None = None,
-    ) -> Observable[MeshNode | None]:
+    ) -> MeshNode | None:
         """Move the node at ``source`` to the free path ``target`` (version + 1), atomically.
 
         ``None`` if ``source`` is absent; a taken ``target`` errors with
@@ -241,31 +180,6 @@ class MemoryVerbs:
         ``source`` gone, is this request's own landed move and is returned. With
         ``expected_version`` the source is compared-and-set, as for :meth:`update`.
         """
-        return cold(
-            lambda: self._move_now(
-                source, target, expected_version, expected_request_id, request_id
-            )
-        )
-
-    async def amove(
-        self,
-        source: str,
-        target: str,
-        expected_version: int | None = None,
-        expected_request_id: str | None = None,
-        request_id: str | None = None,
-    ) -> MeshNode | None:
-        """:meth:`move`, awaited."""
-        return self._move_now(source, target, expected_version, expected_request_id, request_id)
-
-    def _move_now(
-        self,
-        source: str,
-        target: str,
-        expected_version: int | None,
-        expected_request_id: str | None,
-        request_id: str | None,
-    ) -> MeshNode | None:
         with self._lock:
             self.write_log.append(WriteAttempt("move", source))
             self.write_log.append(WriteAttempt("move", target))

@@ -1,15 +1,14 @@
 """The ``Store`` protocol every provider implements.
 
-Every method returns a COLD observable: nothing happens until it is subscribed, and every
-subscription runs the work again (so ``retry_transient_connect`` really retries). ``changes``,
-``gaps`` and ``answers_again`` are hot streams of what the store reports.
+The one-shot verbs (``read``, ``read_many``, ``write``, ``update``, ``delete``, ``move``) are
+coroutine methods: each call is one attempt, and awaiting it again means calling it again (the
+mesh's retry ladder does). What streams stays an observable: ``write_many`` (a window at a time,
+cold: every subscription runs the work again, so ``retry_transient_connect`` really retries) and
+``query`` (cold too), and the hot ``changes``, ``gaps`` and ``answers_again``, which report what
+the store sees. :func:`observe` turns a verb into a cold observable, for a pipeline that wants
+one.
 
-Coroutine twins: a store MAY also offer ``aread``, ``aread_many``, ``awrite``, ``aupdate``,
-``adelete`` and ``amove``, the same operations awaited directly (the mesh's internals call them
-through :func:`call`, which falls back to the observable method when a store has no twin). The
-bundled stores all do; the twin and the observable run the very same step.
-
-Fault contract: a read returns ``None`` ONLY for a clean absence (including "the partition's
+Fault contract: a read returns ``None`` only for a clean absence (including "the partition's
 schema does not exist yet"); every fault propagates as an error, never as ``None``. Driver and
 network failures are mapped at the provider's boundary to :class:`~rxmesh.exceptions.StoreError`
 with the right ``sqlstate`` and ``raise ... from exc``, so :mod:`rxmesh.faults` classifies them.
@@ -18,12 +17,12 @@ with the right ``sqlstate`` and ``raise ... from exc``, so :mod:`rxmesh.faults` 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from reactivex import Observable
 
-from rxmesh.aio import first_value
+from rxmesh.aio import from_async
 from rxmesh.model import (
     ChangeFeedGap,
     MeshNode,
@@ -34,17 +33,10 @@ from rxmesh.model import (
     WindowCommitted,
 )
 
-__all__ = ["DEFAULT_WRITE_WINDOW", "Store", "call", "feed_is_whole"]
+__all__ = ["DEFAULT_WRITE_WINDOW", "Store", "feed_is_whole", "observe"]
 
-
-_TWINS = {
-    "read": "aread",
-    "read_many": "aread_many",
-    "write": "awrite",
-    "update": "aupdate",
-    "delete": "adelete",
-    "move": "amove",
-}
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 DEFAULT_WRITE_WINDOW = 1000
 """Rows per bulk-write window (one transaction each)."""
@@ -59,19 +51,19 @@ class Store(Protocol):
         """A printable name for logs and answers, e.g. ``"postgres@127.0.0.1:5432/test"``."""
         ...
 
-    def read(self, path: str) -> Observable[MeshNode | None]:
+    async def read(self, path: str) -> MeshNode | None:
         """The node at ``path``, or ``None`` for a clean absence; faults propagate."""
         ...
 
-    def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
+    async def read_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
         """The nodes present among ``paths`` (absent paths are missing from the dict)."""
         ...
 
-    def write(self, node: MeshNode) -> Observable[MeshNode]:
-        """Insert ``node`` if its path is free and emit the stored row.
+    async def write(self, node: MeshNode) -> MeshNode:
+        """Insert ``node`` if its path is free and return the stored row.
 
         If a row already exists with the SAME ``request_id`` (an ambiguous commit that did land),
-        the existing row is emitted as if written now. A row with another request id errors with
+        the existing row is returned as if written now. A row with another request id errors with
         :class:`~rxmesh.exceptions.StoreConflictError`. Never overwrites.
         """
         ...
@@ -87,46 +79,46 @@ class Store(Protocol):
         """
         ...
 
-    def update(
+    async def update(
         self,
         node: MeshNode,
         expected_version: int | None = None,
         expected_request_id: str | None = None,
         request_id: str | None = None,
-    ) -> Observable[MeshNode | None]:
+    ) -> MeshNode | None:
         """Replace the content/type of an existing node (version + 1); ``None`` if absent.
 
         Compare-and-set: with ``expected_version`` (and ``expected_request_id``, the id of the
         write that produced it) a row not at that version, by that write, errors with
         :class:`~rxmesh.exceptions.StoreVersionConflictError` and changes nothing.
         ``request_id`` becomes the row's (the id of its last write); a row already carrying it
-        is this request's landed update, emitted unchanged.
+        is this request's landed update, returned unchanged.
         """
         ...
 
-    def delete(
+    async def delete(
         self,
         path: str,
         expected_version: int | None = None,
         expected_request_id: str | None = None,
-    ) -> Observable[bool]:
+    ) -> bool:
         """Delete the node at ``path`` (not its children); ``False`` if it was absent.
         Compare-and-set as :meth:`update`."""
         ...
 
-    def move(
+    async def move(
         self,
         source: str,
         target: str,
         expected_version: int | None = None,
         expected_request_id: str | None = None,
         request_id: str | None = None,
-    ) -> Observable[MeshNode | None]:
+    ) -> MeshNode | None:
         """Move a node to a free path in one transaction; ``None`` if ``source`` is absent.
 
         A taken target errors with :class:`~rxmesh.exceptions.StoreConflictError`. The source
         is compared-and-set as :meth:`update`; ``request_id`` becomes the moved row's, and a
-        target carrying it (the source gone) is this request's landed move, emitted.
+        target carrying it (the source gone) is this request's landed move, returned.
         """
         ...
 
@@ -150,19 +142,21 @@ class Store(Protocol):
         ...
 
 
-async def call(store: Store, operation: str, *args: Any) -> Any:
-    """Run one store ``operation`` (``"read"``, ``"write"``, ...) and return its result.
+def observe(
+    verb: Callable[_P, Awaitable[_T]], *args: _P.args, **kwargs: _P.kwargs
+) -> Observable[_T]:
+    """A store's verb as a cold observable, for a pipeline that wants one: each subscription
+    calls ``verb(*args, **kwargs)`` anew (so ``retry_transient_connect`` really re-runs the
+    work), emits its result and completes; disposing before the result cancels the attempt.
+    Errors are delivered unchanged. Subscribing needs a running asyncio loop.
 
-    Awaits the store's coroutine twin (``aread`` for ``read``, ...) when it has one, else takes
-    the first item of the observable method: one code path for every store, with no observable
-    machinery when the store is coroutine-first. A twin is used only where it runs the same
-    step as the observable method: a subclass (or an instance) that overrides ``write`` but not
-    ``awrite`` gets its ``write`` called. Errors propagate unchanged.
+    Example:
+        >>> from rxmesh.operators import retry_transient_connect
+        >>> from rxmesh.providers import InMemoryStore
+        >>> store = InMemoryStore()
+        >>> node = observe(store.read, "p/a").pipe(retry_transient_connect())
     """
-    twin = _twin(store, operation)
-    if twin is not None:
-        return await twin(*args)
-    return await first_value(getattr(store, operation)(*args))
+    return from_async(functools.partial(verb, *args, **kwargs))
 
 
 def feed_is_whole(store: object) -> bool:
@@ -180,26 +174,3 @@ def feed_is_whole(store: object) -> bool:
     if callable(statistics):
         return str(statistics().state) == "listening"
     return False
-
-
-def _twin(store: object, operation: str) -> Any:
-    name = _TWINS[operation]
-    own = getattr(store, "__dict__", {})
-    if name in own:
-        return own[name]
-    kind: Any = type(store)  # a class is hashable; mypy's view of type[object] is not
-    if operation in own or not _class_twin(kind, operation):
-        return None
-    return getattr(store, name)
-
-
-@functools.cache
-def _class_twin(cls: type, operation: str) -> bool:
-    """Whether ``cls``'s coroutine twin of ``operation`` is at least as derived as the observable
-    method (so an override of the observable method alone is honoured)."""
-
-    def owner(name: str) -> type | None:
-        return next((klass for klass in cls.__mro__ if name in vars(klass)), None)
-
-    observable, twin = owner(operation), owner(_TWINS[operation])
-    return twin is not None and (observable is None or issubclass(twin, observable))

@@ -1,17 +1,18 @@
 """``InMemoryStore``: the embedded default store, the ``MockTransport`` of rxmesh.
 
 Same contract as the real store (see :mod:`rxmesh.providers._store`), with no network and no set-up:
-cold observables that redo their work on every subscription (so a retry really retries), ``None``
+coroutine verbs (each call one attempt), ``None``
 only for a clean absence, insert-if-absent writes that recognise their own ``request_id``, bulk
 writes in windows per partition, live queries (an Initial, then a Delta per matching commit), and
 the hot ``changes`` / ``gaps`` / ``answers_again`` streams.
 
-Emission is synchronous at subscription time (still lazy: nothing happens before ``subscribe``).
-Mutations hold a lock; streams are fed after it is released. Stamping (``created_by``,
-``created_at``) is the mesh's job: the store keeps what it is given, except ``version``: a write
-stores ``max(1, node.version)``; ``update`` and ``move`` bump it by one and, given the request's
-id, keep it as the row's (the id of the row's last write). ``update``, ``delete`` and ``move``
-take an expected version: a compare-and-set that changes nothing when another write came first.
+A verb's coroutine never suspends; a stream emits synchronously at subscription time (still lazy:
+nothing happens before ``subscribe``). Mutations hold a lock; streams are fed after it is
+released. Stamping (``created_by``, ``created_at``) is the mesh's job: the store keeps what it is
+given, except ``version``: a write stores ``max(1, node.version)``; ``update`` and ``move`` bump
+it by one and, given the request's id, keep it as the row's (the id of the row's last write).
+``update``, ``delete`` and ``move`` take an expected version: a compare-and-set that changes
+nothing when another write came first.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from rxmesh.model import (
     partition_of,
 )
 from rxmesh.providers._memory_live import live_query
-from rxmesh.providers._memory_verbs import MemoryVerbs, WriteAttempt, cold
+from rxmesh.providers._memory_verbs import MemoryVerbs, WriteAttempt
 from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
 
 __all__ = ["InMemoryStore", "InMemoryStoreStatistics"]
@@ -90,9 +91,8 @@ class InMemoryStore(MemoryVerbs):
     Example:
         >>> store = InMemoryStore()
         >>> node = MeshNode(path="p/a", node_type="Note", content={"text": "hi"})
-        >>> rows = []
-        >>> _ = store.write(node).subscribe(rows.append)
-        >>> rows[0].version
+        >>> import asyncio
+        >>> asyncio.run(store.write(node)).version
         1
     """
 
@@ -197,32 +197,16 @@ class InMemoryStore(MemoryVerbs):
         table = self._partitions.get(partition_of(path))
         return None if table is None else table.get(path)
 
-    # Each operation is one synchronous step (``_read_now`` ...), run by the observable method
-    # (``read``: once per subscription) and by its coroutine twin (``aread``: awaited directly).
+    # Each verb is one synchronous step under the lock: a coroutine that never suspends.
 
-    def read(self, path: str) -> Observable[MeshNode | None]:
+    async def read(self, path: str) -> MeshNode | None:
         """The node at ``path``; ``None`` if absent (including a partition never written)."""
-        return cold(lambda: self._read_now(path))
-
-    async def aread(self, path: str) -> MeshNode | None:
-        """:meth:`read`, awaited."""
-        return self._read_now(path)
-
-    def _read_now(self, path: str) -> MeshNode | None:
         with self._lock:
             self._reads += 1
             return self._get(path)
 
-    def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
+    async def read_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
         """The nodes present among ``paths``; absent paths are missing from the dict."""
-        wanted = tuple(paths)
-        return cold(lambda: self._read_many_now(wanted))
-
-    async def aread_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
-        """:meth:`read_many`, awaited."""
-        return self._read_many_now(paths)
-
-    def _read_many_now(self, paths: Sequence[str]) -> dict[str, MeshNode]:
         with self._lock:
             self._reads += 1
             found = {path: self._get(path) for path in paths}
@@ -273,19 +257,12 @@ class InMemoryStore(MemoryVerbs):
             store=self._name,
         )
 
-    def write(self, node: MeshNode) -> Observable[MeshNode]:
+    async def write(self, node: MeshNode) -> MeshNode:
         """Insert ``node`` if its path is free; the same ``request_id`` finds its own row.
 
-        Emits the stored row (``version = max(1, node.version)``). A row written by another
-        request (or with no request id) errors with :class:`StoreConflictError`.
+        Returns the stored row (``version = max(1, node.version)``). A row written by another
+        request (or with no request id) raises :class:`StoreConflictError`.
         """
-        return cold(lambda: self._write_now(node))
-
-    async def awrite(self, node: MeshNode) -> MeshNode:
-        """:meth:`write`, awaited."""
-        return self._write_now(node)
-
-    def _write_now(self, node: MeshNode) -> MeshNode:
         with self._lock:
             self.write_log.append(WriteAttempt("write", node.path))
             existing = self._get(node.path)

@@ -1,7 +1,7 @@
 """``FaultInjectingStore``: wrap any store and make it fail the way real stores fail.
 
-Every knob acts when an operation is subscribed (lazily), so a retry or a re-open that subscribes
-again meets the knob again; a knob with ``times=`` counts down once per subscription it affects.
+Every knob acts when a verb is called or a stream subscribed, so a retry or a re-open meets the
+knob again; a knob with ``times=`` counts down once per call or subscription it affects.
 Every operation met is logged in :attr:`FaultInjectingStore.operations` with its outcome (a
 refused write is logged too: "no write was attempted at X" is asserted on this log), counted per
 operation in :attr:`FaultInjectingStore.counts`, and every fault injected is counted per knob in
@@ -34,7 +34,7 @@ from rxmesh.model import (
     StoreEvidence,
     WindowCommitted,
 )
-from rxmesh.providers._store import DEFAULT_WRITE_WINDOW, Store, call, feed_is_whole
+from rxmesh.providers._store import DEFAULT_WRITE_WINDOW, Store, feed_is_whole
 from rxmesh.testing._fault_errors import (
     ExcFactory,
     connect_timeout_error,
@@ -74,10 +74,12 @@ class FaultInjectingStore:
         >>> from rxmesh.providers import InMemoryStore
         >>> store = FaultInjectingStore(InMemoryStore())
         >>> store.refuse_writes_as_unreachable()
-        >>> errors = []
-        >>> _ = store.write(MeshNode(path="p/a")).subscribe(on_error=errors.append)
-        >>> type(errors[0]).__name__, store.operations[-1].outcome
-        ('StoreError', 'refused')
+        >>> import asyncio
+        >>> try:
+        ...     asyncio.run(store.write(MeshNode(path="p/a")))
+        ... except Exception as error:
+        ...     print(type(error).__name__, store.operations[-1].outcome)
+        StoreError refused
         >>> store.restore()
     """
 
@@ -158,8 +160,8 @@ class FaultInjectingStore:
     def fault_next_read(
         self, path: str, exc_factory: ExcFactory | None = None, *, times: int = 1
     ) -> None:
-        """Fail the next ``times`` subscriptions of a read of ``path`` (``read``, or a
-        ``read_many`` that includes it) with ``exc_factory()``; other paths pass through.
+        """Fail the next ``times`` reads of ``path`` (``read``, or a ``read_many`` that includes
+        it) with ``exc_factory()``; other paths pass through.
 
         The default error is :func:`connect_timeout_error`. Arming a path again replaces it.
         """
@@ -262,7 +264,7 @@ class FaultInjectingStore:
         def subscribe(
             observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
-            error = self._enter(op, target, decide)
+            error = self._decide(op, target, decide)
             if error is not None:
                 observer.on_error(error)
                 return Disposable()
@@ -270,29 +272,25 @@ class FaultInjectingStore:
 
         return Observable(subscribe)
 
-    def _enter(
+    def _decide(
         self, op: str, target: Target, decide: Callable[[], tuple[str, Exception | None]]
     ) -> Exception | None:
-        """Decide one operation (observable or coroutine twin alike) and count it."""
+        """Decide one operation and log and count it: the fault to inject, if any."""
         outcome, error = decide()
         self.operations.append(Operation(op, target, outcome))
         self.counts[op] += 1
         return error
 
-    async def _awaited(
-        self,
-        op: str,
-        target: Target,
-        decide: Callable[[], tuple[str, Exception | None]],
-        *args: Any,
-    ) -> Any:
-        error = self._enter(op, target, decide)
+    def _enter(
+        self, op: str, target: Target, decide: Callable[[], tuple[str, Exception | None]]
+    ) -> None:
+        """:meth:`_decide` for a verb: the fault injected is raised here."""
+        error = self._decide(op, target, decide)
         if error is not None:
             try:
                 raise error
             finally:  # its traceback holds this frame: no cycle back through ``error``
                 del error
-        return await call(self.inner, op, *args)
 
     def _write_decision(self) -> tuple[str, Exception | None]:
         if self._refuse_writes is not None:
@@ -319,66 +317,37 @@ class FaultInjectingStore:
 
     # -- reads and writes ---------------------------------------------------------------------
 
-    def read(self, path: str) -> Observable[MeshNode | None]:
+    async def read(self, path: str) -> MeshNode | None:
         """The inner read, unless refused or faulted."""
-        return self._guarded(
-            "read", path, lambda: self._read_decision((path,)), lambda: self.inner.read(path)
-        )
+        self._enter("read", path, lambda: self._read_decision((path,)))
+        return await self.inner.read(path)
 
-    def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
+    async def read_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
         """The inner read_many, unless refused or one of ``paths`` is faulted."""
         wanted = tuple(paths)
-        return self._guarded(
-            "read_many",
-            wanted,
-            lambda: self._read_decision(wanted),
-            lambda: self.inner.read_many(wanted),
-        )
+        self._enter("read_many", wanted, lambda: self._read_decision(wanted))
+        return await self.inner.read_many(wanted)
 
-    async def aread(self, path: str) -> MeshNode | None:
-        """:meth:`read`, awaited (the same knobs, the same log)."""
-        found: MeshNode | None = await self._awaited(
-            "read", path, lambda: self._read_decision((path,)), path
-        )
-        return found
-
-    async def aread_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
-        """:meth:`read_many`, awaited."""
-        wanted = tuple(paths)
-        found: dict[str, MeshNode] = await self._awaited(
-            "read_many", wanted, lambda: self._read_decision(wanted), wanted
-        )
-        return found
-
-    async def awrite(self, node: MeshNode) -> MeshNode:
-        """:meth:`write`, awaited."""
-        stored: MeshNode = await self._awaited("write", node.path, self._write_decision, node)
-        return stored
-
-    async def aupdate(self, node: MeshNode, *basis: Any) -> MeshNode | None:
-        """:meth:`update`, awaited (``basis``: compare-and-set arguments, forwarded as given)."""
-        stored: MeshNode | None = await self._awaited(
-            "update", node.path, self._write_decision, node, *basis
-        )
-        return stored
-
-    async def adelete(self, path: str, *basis: Any) -> bool:
-        """:meth:`delete`, awaited."""
-        deleted: bool = await self._awaited("delete", path, self._write_decision, path, *basis)
-        return deleted
-
-    async def amove(self, source: str, target: str, *basis: Any) -> MeshNode | None:
-        """:meth:`move`, awaited."""
-        moved: MeshNode | None = await self._awaited(
-            "move", (source, target), self._write_decision, source, target, *basis
-        )
-        return moved
-
-    def write(self, node: MeshNode) -> Observable[MeshNode]:
+    async def write(self, node: MeshNode) -> MeshNode:
         """The inner write, unless writes are refused."""
-        return self._guarded(
-            "write", node.path, self._write_decision, lambda: self.inner.write(node)
-        )
+        self._enter("write", node.path, self._write_decision)
+        return await self.inner.write(node)
+
+    async def update(self, node: MeshNode, *basis: Any) -> MeshNode | None:
+        """The inner update, unless writes are refused (``basis``: compare-and-set arguments,
+        forwarded as given)."""
+        self._enter("update", node.path, self._write_decision)
+        return await self.inner.update(node, *basis)
+
+    async def delete(self, path: str, *basis: Any) -> bool:
+        """The inner delete, unless writes are refused."""
+        self._enter("delete", path, self._write_decision)
+        return await self.inner.delete(path, *basis)
+
+    async def move(self, source: str, target: str, *basis: Any) -> MeshNode | None:
+        """The inner move, unless writes are refused."""
+        self._enter("move", (source, target), self._write_decision)
+        return await self.inner.move(source, target, *basis)
 
     def write_many(
         self, nodes: Sequence[MeshNode], window: int = DEFAULT_WRITE_WINDOW
@@ -390,28 +359,6 @@ class FaultInjectingStore:
             tuple(node.path for node in batch),
             self._write_decision,
             lambda: self.inner.write_many(batch, window),
-        )
-
-    def update(self, node: MeshNode, *basis: Any) -> Observable[MeshNode | None]:
-        """The inner update, unless writes are refused (``basis`` forwarded unchanged)."""
-        return self._guarded(
-            "update", node.path, self._write_decision, lambda: self.inner.update(node, *basis)
-        )
-
-    def delete(self, path: str, *basis: Any) -> Observable[bool]:
-        """The inner delete, unless writes are refused."""
-        inner = self.inner
-        return self._guarded(
-            "delete", path, self._write_decision, lambda: inner.delete(path, *basis)
-        )
-
-    def move(self, source: str, target: str, *basis: Any) -> Observable[MeshNode | None]:
-        """The inner move, unless writes are refused."""
-        return self._guarded(
-            "move",
-            (source, target),
-            self._write_decision,
-            lambda: self.inner.move(source, target, *basis),
         )
 
     # -- feeds --------------------------------------------------------------------------------

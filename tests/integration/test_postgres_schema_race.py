@@ -18,7 +18,6 @@ import asyncio
 import asyncpg
 import pytest
 
-from rxmesh.aio import first_value
 from rxmesh.model import MeshNode
 from rxmesh.providers.postgres import PostgresStore
 from tests.providers.postgres.test_pooler import ADVISORY_LOCKS_ON_SCHEMAS
@@ -53,18 +52,15 @@ async def test_concurrent_first_writes_into_new_partitions_never_race_the_schema
             # do before a partition's first write) — the state in which the race showed.
             await asyncio.gather(
                 *(
-                    first_value(store.read(f"{partition}/s{s}w{w}"), timeout=20)
+                    asyncio.wait_for(store.read(f"{partition}/s{s}w{w}"), 20)
                     for s, store in enumerate(stores)
                     for w in range(4)
                 )
             )
             writes = [
-                first_value(
-                    store.write(
+                asyncio.wait_for(store.write(
                         MeshNode(path=f"{partition}/s{s}w{w}", content={"w": w}, version=1)
-                    ),
-                    timeout=20,
-                )
+                    ), 20)
                 for s, store in enumerate(stores)
                 for w in range(4)
             ]
@@ -79,7 +75,7 @@ async def test_concurrent_first_writes_into_new_partitions_never_race_the_schema
     async with PostgresStore(pg_dsn, schema_prefix=prefix, command_timeout=2.0) as direct:
         written = await asyncio.gather(
             *(
-                first_value(direct.write(MeshNode(path=f"race{r}/direct", version=1)), timeout=5)
+                asyncio.wait_for(direct.write(MeshNode(path=f"race{r}/direct", version=1)), 5)
                 for r in range(6)
             )
         )

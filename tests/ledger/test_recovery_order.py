@@ -53,7 +53,7 @@ class HoldingMesh:
     def answers_again(self) -> Observable[StoreEvidence]:
         return self.evidence
 
-    def read(self, path: str) -> Observable[MeshNode | None]:
+    async def read(self, path: str) -> MeshNode | None:
         raise AssertionError("no re-issue here has an unknown outcome")
 
     def _held(self, name: str, answer: Any) -> Observable[Any]:

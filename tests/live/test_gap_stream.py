@@ -141,7 +141,7 @@ async def test_a_subscription_leaving_mid_re_select_cancels_it_and_the_pool_stay
             assert isinstance(ended[0], asyncio.CancelledError)
             assert batches < 20  # cancelled, not read to its end
             # The pool's one connection is clean: a read and a whole query run on it.
-            assert await store.aread("p/missed") is not None
+            assert await store.read("p/missed") is not None
             again = await first_value(store.query(QUERY), timeout=WAIT)
             assert len(again.nodes) == 200
         finally:

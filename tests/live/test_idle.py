@@ -18,7 +18,7 @@ from rxmesh import Mesh
 from rxmesh.cache import DEFAULT_IDLE_GRACE
 from rxmesh.model import MeshNode, NodeQuery
 from rxmesh.providers import InMemoryStore
-from tests.helpers import ROOT
+from tests.helpers import ROOT, done
 
 PACKAGE = ROOT / "rxmesh"
 LIVE_CODE = {
@@ -67,7 +67,7 @@ def _mesh() -> tuple[Mesh, InMemoryStore, TestScheduler]:
 
 def _write(store: InMemoryStore, start: int, count: int) -> None:
     for i in range(start, start + count):
-        store.write(MeshNode(path=f"p/n{i:04d}", version=1)).subscribe()
+        done(store.write(MeshNode(path=f"p/n{i:04d}", version=1)))
 
 
 def test_a_released_live_query_costs_no_call_per_commit() -> None:

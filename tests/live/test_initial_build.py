@@ -155,7 +155,7 @@ async def test_an_initial_over_partitions_out_of_path_order_is_still_sorted(
     async with started(pg_dsn, prefix) as store:
         nodes = [MeshNode(path=p, version=1) for p in ("p/b", "p/a", "p-x/a", "p-x/b")]
         for node in nodes:
-            await store.awrite(node)
+            await store.write(node)
         whole = await first_value(store.query(NodeQuery()), timeout=10)
         assert [n.path for n in whole.nodes] == ["p-x/a", "p-x/b", "p/a", "p/b"]
         one = await first_value(store.query(NodeQuery(partition="p")), timeout=10)

@@ -22,7 +22,6 @@ from reactivex.testing import TestScheduler
 
 import rxmesh._util.path_order as path_order
 from rxmesh._util.path_order import PathOrdered, is_path_ordered, path_ordered
-from rxmesh.aio import first_value
 from rxmesh.cache import QuerySnapshot, fold_query_frames
 from rxmesh.model import FrameKind, MeshNode, NodeQuery, QueryFrame
 from rxmesh.operators import fan_in
@@ -174,7 +173,7 @@ async def test_the_store_hands_on_its_initial_before_indexing_it(
     got the Initial; now two (the order check and the frame's tuple), and the index after."""
     async with started(pg_dsn, prefix) as store:
         for path in ("p/a", "p/b", "p/c"):
-            await first_value(store.write(MeshNode(path=path, version=1)), timeout=10)
+            await asyncio.wait_for(store.write(MeshNode(path=path, version=1)), 10)
         rows = _CountedRows()
         rows.passes = []
         select = store._select
@@ -201,7 +200,7 @@ async def test_the_store_hands_on_its_initial_before_indexing_it(
                 assert at_delivery == [[3, 3]]  # the order check, the frame's tuple
                 # The index is still built, after: a change is applied against it (an equal
                 # row is no change; a new one is).
-                await first_value(store.write(MeshNode(path="p/d", version=1)), timeout=10)
+                await asyncio.wait_for(store.write(MeshNode(path="p/d", version=1)), 10)
                 delta = await frames.get()
             assert [n.path for n in delta.nodes] == ["p/d"]
             assert rows.passes == [3, 3, 3]  # and the index, once

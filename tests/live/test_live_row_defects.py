@@ -45,7 +45,7 @@ HELD = {
 @pytest.fixture
 async def store(pg_dsn: str, prefix: str) -> AsyncIterator[PostgresStore]:
     async with started(pg_dsn, prefix) as store:
-        await store.awrite(MeshNode(path="p/seed", node_type="Doc", content={}, version=1))
+        await store.write(MeshNode(path="p/seed", node_type="Doc", content={}, version=1))
         yield store
 
 
@@ -93,7 +93,7 @@ async def test_an_open_watch_survives_a_foreign_row_of_an_unholdable_time(
         assert {path: node.created_at for path, node in seen.items()} == dict.fromkeys(OUT_OF_RANGE)
         assert all(node.created_by == "mallory" for node in seen.values())
         # Still alive: a later write of this process reaches it.
-        await store.awrite(MeshNode(path="p/after", node_type="Doc", content={}, version=1))
+        await store.write(MeshNode(path="p/after", node_type="Doc", content={}, version=1))
         await frames.next_matching(lambda f: any(n.path == "p/after" for n in f.nodes))
     finally:
         frames.dispose()
@@ -124,7 +124,7 @@ async def test_the_extreme_times_python_holds_read_back_exactly(
     frame = await first_value(store.query(NodeQuery(partition="p")), timeout=WAIT)
     read = {n.path: n.created_at for n in frame.nodes if n.path != "p/seed"}
     assert read == {path: at for path, (_, at) in HELD.items()}
-    assert {p: (await store.aread(p)).created_at for p in HELD} == read  # type: ignore[union-attr]
+    assert {p: (await store.read(p)).created_at for p in HELD} == read  # type: ignore[union-attr]
     assert defects(log_records) == []
 
 
@@ -141,7 +141,7 @@ async def test_the_verbs_on_that_path_answer_what_the_row_is(
         # The partition as the mesh makes it (its root and owner), so the update is judged.
         await mesh.create(MeshNode(path="p/healed", node_type="Doc", content={}), access=ALICE)
         path = "p/year-10000"
-        node = await store.aread(path)
+        node = await store.read(path)
         assert node is not None and node.created_at is None and node.version == 1
         body = {"node": {"path": path, "node_type": "Doc", "content": {"a": 1}}}
         created = await first_value(mesh.create_node({**body, "access": {"user": "system"}}))

@@ -5,6 +5,7 @@ asyncpg gives them, times Python cannot hold refused by name."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -84,7 +85,7 @@ async def test_a_live_read_makes_the_datetimes_asyncpg_makes_whatever_the_sessio
     query = "&".join(f"{key}={value}" for key, value in settings.items())
     dsn = pg_dsn + ("&" if "?" in pg_dsn else "?") + query if settings else pg_dsn
     async with started(dsn, prefix) as store:
-        await store.awrite(MeshNode(path="p/seed", version=1))
+        await store.write(MeshNode(path="p/seed", version=1))
         table = f'"{store.schema_of("p")}".nodes'
         conn = await asyncpg.connect(dsn)
         try:
@@ -145,7 +146,7 @@ async def test_a_gap_re_select_builds_only_the_rows_that_changed(
             # The write's own notifications may reach the feed after the Initial (their rows
             # are then fetched and built, and found unchanged): a later write's delta says they
             # were all handled before the count starts.
-            await first_value(store.write(MeshNode(path="p/zz", version=1)), timeout=30)
+            await asyncio.wait_for(store.write(MeshNode(path="p/zz", version=1)), 30)
             assert [node.path for node in (await frames.next()).nodes] == ["p/zz"]
             monkeypatch.setattr(_live, "_stored_nodes_of", counting)
             await _gap(store, pg_dsn, gaps, "p/missed")
@@ -167,7 +168,7 @@ async def test_the_reads_settings_are_gone_from_the_connection_after_it(
     settings = "DateStyle=SQL,%20DMY&TimeZone=Asia/Kolkata"
     dsn = pg_dsn + ("&" if "?" in pg_dsn else "?") + settings
     async with started(dsn, prefix, min_size=1, max_size=1) as store:
-        await store.awrite(MeshNode(path="p/a", version=1))
+        await store.write(MeshNode(path="p/a", version=1))
         frame = await first_value(store.query(NodeQuery(partition="p")), timeout=WAIT)
         assert [node.path for node in frame.nodes] == ["p/a"]
         pool = store._pool

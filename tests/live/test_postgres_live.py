@@ -48,7 +48,7 @@ async def test_a_1000_row_bulk_reaches_a_live_query_as_a_handful_of_deltas(
 ) -> None:
     """Regression (issue 16): before, every changed row was its own Delta (1000 frames here)."""
     async with started(pg_dsn, prefix) as store:
-        await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="p/seed", version=1)), WAIT)
         frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
         try:
             assert (await frames.next()).kind is FrameKind.INITIAL
@@ -72,7 +72,7 @@ async def test_changes_that_do_not_arrive_together_stay_separate_deltas(
         try:
             assert (await frames.next()).kind is FrameKind.INITIAL
             for path in ("p/a", "p/b"):
-                await first_value(store.write(MeshNode(path=path, version=1)), timeout=WAIT)
+                await asyncio.wait_for(store.write(MeshNode(path=path, version=1)), WAIT)
                 delta = await frames.next()
                 assert [node.path for node in delta.nodes] == [path]
         finally:
@@ -98,7 +98,7 @@ async def test_subscriptions_of_one_store_share_one_re_select_per_query_at_a_gap
 ) -> None:
     """Regression (issue 16): before, every subscription re-selected on its own (3 here)."""
     async with started(pg_dsn, prefix, reconnect_backoff=(0.2,)) as store:
-        await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="p/seed", version=1)), WAIT)
         selects: list[NodeQuery] = []
         select = store._reselect_rows
 
@@ -137,11 +137,11 @@ async def test_rows_of_the_stores_own_tables_are_built_equal_to_validated_ones(
         node = MeshNode(
             path="p/a", node_type="Note", content={"k": [1, "x", None]}, version=3, request_id="r"
         )
-        await first_value(store.write(node), timeout=WAIT)
+        await asyncio.wait_for(store.write(node), WAIT)
         frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
         try:
             (trusted,) = (await frames.next()).nodes
-            validated = await store.aread("p/a")  # point reads always validate
+            validated = await store.read("p/a")  # point reads always validate
             assert validated is not None
             assert trusted == validated
             assert trusted.model_dump() == validated.model_dump()
@@ -156,7 +156,7 @@ async def test_a_corrupt_row_in_the_stores_table_is_still_refused(pg_dsn: str, p
     partition goes through full validation, which refuses an invalid one: it is left out (the
     row's defect, reported), and the partition's query still answers (issue 31, item 8)."""
     async with started(pg_dsn, prefix) as store:
-        await first_value(store.write(MeshNode(path="p/a", version=1)), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="p/a", version=1)), WAIT)
         await _sql(
             pg_dsn,
             f'INSERT INTO "{store.schema_of("p")}".nodes (path, version) VALUES ($1, 1)',
@@ -174,7 +174,7 @@ async def test_a_gap_re_select_reports_rows_changed_removed_and_recreated_meanwh
     new request); a row left alone must not (the negative control)."""
     async with started(pg_dsn, prefix, reconnect_backoff=(0.2,)) as store:
         for path in ("p/same", "p/updated", "p/removed", "p/recreated"):
-            await store.awrite(MeshNode(path=path, version=1, content={"v": 1}, request_id="r1"))
+            await store.write(MeshNode(path=path, version=1, content={"v": 1}, request_id="r1"))
         gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
         frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
         try:
@@ -210,7 +210,7 @@ async def test_nodes_built_from_rows_share_a_fields_set_that_a_copy_never_change
 ) -> None:
     async with started(pg_dsn, prefix) as store:
         for path in ("p/a", "p/b"):
-            await store.awrite(MeshNode(path=path, version=1))
+            await store.write(MeshNode(path=path, version=1))
         a, b = (await first_value(store.query(NodeQuery(partition="p")), timeout=WAIT)).nodes
         copied = a.model_copy(update={"version": 7})
         assert (copied.version, a.version, b.version) == (7, 1, 1)

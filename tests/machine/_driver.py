@@ -475,9 +475,8 @@ class Driver:
         return self.run(self._stored_elsewhere())
 
     async def _stored_elsewhere(self) -> tuple[dict[str, Row], list[str]]:
-        from rxmesh.aio import first_value
 
-        found = await first_value(self.inner.read_many(self.tracked()))
+        found = await self.inner.read_many(self.tracked())
         twice = [] if self._twice is None else await self._twice(self.inner)
         return {p: Row.of(n) for p, n in found.items()}, twice
 

@@ -16,7 +16,7 @@ import heapq
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -381,6 +381,50 @@ class RecordingStore:
             self.history.append(dict(self.shadow))
             self.events.append(Event("write", self.index, call=call, paths=tuple(sorted(changed))))
 
+    def _begin(
+        self, op: str, target: tuple[str, ...], nodes: Sequence[MeshNode], attempt: Attempt | None
+    ) -> Call:
+        """Record one store call of ``attempt`` (firing the toggle when it is due)."""
+        if self._toggle is not None and self.batch_calls >= self._toggle[0]:
+            self.fire_toggle()
+        self.batch_calls += 1
+        call = Call(len(self.calls), attempt, op, target, {n.path: n for n in nodes})
+        self.calls.append(call)
+        if attempt is not None:
+            attempt.calls.append(call)
+        return call
+
+    def _failed(self, call: Call, error: Exception) -> None:
+        call.outcome = "refused" if is_store_unreachable(error) else "error"
+        call.error = error
+
+    def _answered(self, call: Call, op: str, value: Any) -> None:
+        call.results.append(value)
+        if op in WRITES:
+            self._apply(call, value)
+
+    async def _verb(
+        self,
+        op: str,
+        target: tuple[str, ...],
+        source: Callable[[], Awaitable[_T]],
+        nodes: Sequence[MeshNode] = (),
+    ) -> _T:
+        call = self._begin(op, target, nodes, CURRENT.get())
+        try:
+            value = await source()
+        except Exception as error:
+            self._failed(call, error)
+            if self.defer:
+                await asyncio.sleep(0)  # answered on a later turn of the loop
+            raise
+        self._answered(call, op, value)
+        if call.outcome == "pending":
+            call.outcome = "ok"
+        if self.defer:
+            await asyncio.sleep(0)
+        return value
+
     def _recorded(
         self,
         op: str,
@@ -393,13 +437,7 @@ class RecordingStore:
         def subscribe(
             observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
-            if self._toggle is not None and self.batch_calls >= self._toggle[0]:
-                self.fire_toggle()
-            self.batch_calls += 1
-            call = Call(len(self.calls), attempt, op, target, {n.path: n for n in nodes})
-            self.calls.append(call)
-            if attempt is not None:
-                attempt.calls.append(call)
+            call = self._begin(op, target, nodes, attempt)
             gone = [False]
             loop = asyncio.get_event_loop()
             defer = self.defer
@@ -411,14 +449,11 @@ class RecordingStore:
                     loop.call_soon(lambda: None if gone[0] else emit())
 
             def on_next(value: _T) -> None:
-                call.results.append(value)
-                if op in WRITES:
-                    self._apply(call, value)
+                self._answered(call, op, value)
                 deliver(lambda: observer.on_next(value))
 
             def on_error(error: Exception) -> None:
-                call.outcome = "refused" if is_store_unreachable(error) else "error"
-                call.error = error
+                self._failed(call, error)
                 deliver(lambda: observer.on_error(error))
 
             def on_completed() -> None:
@@ -433,15 +468,15 @@ class RecordingStore:
 
     # -- the Store protocol --
 
-    def read(self, path: str) -> Observable[MeshNode | None]:
-        return self._recorded("read", (path,), lambda: self.faults.read(path))
+    async def read(self, path: str) -> MeshNode | None:
+        return await self._verb("read", (path,), lambda: self.faults.read(path))
 
-    def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
+    async def read_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
         wanted = tuple(paths)
-        return self._recorded("read_many", wanted, lambda: self.faults.read_many(wanted))
+        return await self._verb("read_many", wanted, lambda: self.faults.read_many(wanted))
 
-    def write(self, node: MeshNode) -> Observable[MeshNode]:
-        return self._recorded("write", (node.path,), lambda: self.faults.write(node), [node])
+    async def write(self, node: MeshNode) -> MeshNode:
+        return await self._verb("write", (node.path,), lambda: self.faults.write(node), [node])
 
     def write_many(self, nodes: Sequence[MeshNode], window: int = 1000) -> Observable[Any]:
         batch = tuple(nodes)
@@ -452,16 +487,16 @@ class RecordingStore:
             batch,
         )
 
-    def update(self, node: MeshNode, *basis: Any) -> Observable[MeshNode | None]:
-        return self._recorded(
+    async def update(self, node: MeshNode, *basis: Any) -> MeshNode | None:
+        return await self._verb(
             "update", (node.path,), lambda: self.faults.update(node, *basis), [node]
         )
 
-    def delete(self, path: str, *basis: Any) -> Observable[bool]:
-        return self._recorded("delete", (path,), lambda: self.faults.delete(path, *basis))
+    async def delete(self, path: str, *basis: Any) -> bool:
+        return await self._verb("delete", (path,), lambda: self.faults.delete(path, *basis))
 
-    def move(self, source: str, target: str, *basis: Any) -> Observable[MeshNode | None]:
-        return self._recorded(
+    async def move(self, source: str, target: str, *basis: Any) -> MeshNode | None:
+        return await self._verb(
             "move", (source, target), lambda: self.faults.move(source, target, *basis)
         )
 
@@ -795,9 +830,9 @@ class Oracle:
                     content = json.dumps(node.content, sort_keys=True)
                     stored = ever(lambda s: (r := s.get(path)) is not None and r.content == content)
                     by_update = ever(  # an update of this id landed: its own, sent again
-                        lambda s: (r := s.get(path)) is not None
-                        and r.request_id == rid
-                        and r.version > 1
+                        lambda s: (
+                            (r := s.get(path)) is not None and r.request_id == rid and r.version > 1
+                        )
                     )
                     if not stored and not by_update:
                         self.fail(

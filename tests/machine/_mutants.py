@@ -45,7 +45,6 @@ from rxmesh.operations import (
     RejectionReason,
 )
 from rxmesh.providers import _memory_verbs as memory_verbs_module
-from rxmesh.providers._memory_verbs import cold
 from rxmesh.providers.memory import InMemoryStore
 
 from ._harness import is_system_path
@@ -78,12 +77,10 @@ def _answers_twice(mp: pytest.MonkeyPatch) -> None:
 def _loses_writes(mp: pytest.MonkeyPatch) -> None:
     original = InMemoryStore.write
 
-    def write(self: InMemoryStore, node: MeshNode) -> Observable[MeshNode]:
+    async def write(self: InMemoryStore, node: MeshNode) -> MeshNode:
         if is_system_path(node.path):
-            return original(self, node)
-        return reactivex.defer(
-            lambda _: reactivex.of(node.model_copy(update={"version": max(1, node.version)}))
-        )
+            return await original(self, node)
+        return node.model_copy(update={"version": max(1, node.version)})
 
     mp.setattr(InMemoryStore, "write", write)
 
@@ -137,10 +134,10 @@ def _grants_ignored(mp: pytest.MonkeyPatch) -> None:
 def _delete_misses(mp: pytest.MonkeyPatch) -> None:
     original = InMemoryStore.delete
 
-    def delete(self: InMemoryStore, path: str, *basis: Any) -> Observable[bool]:
+    async def delete(self: InMemoryStore, path: str, *basis: Any) -> bool:
         if is_system_path(path):
-            return original(self, path, *basis)
-        return reactivex.defer(lambda _: reactivex.of(False))
+            return await original(self, path, *basis)
+        return False
 
     mp.setattr(InMemoryStore, "delete", delete)
 
@@ -148,10 +145,10 @@ def _delete_misses(mp: pytest.MonkeyPatch) -> None:
 def _update_misses(mp: pytest.MonkeyPatch) -> None:
     original = InMemoryStore.update
 
-    def update(self: InMemoryStore, node: MeshNode, *basis: Any) -> Observable[MeshNode | None]:
+    async def update(self: InMemoryStore, node: MeshNode, *basis: Any) -> MeshNode | None:
         if is_system_path(node.path):
-            return original(self, node, *basis)
-        return reactivex.defer(lambda _: reactivex.of(None))
+            return await original(self, node, *basis)
+        return None
 
     mp.setattr(InMemoryStore, "update", update)
 
@@ -187,26 +184,21 @@ def _bug2(mp: pytest.MonkeyPatch) -> None:
 
 
 def _two_rows(mp: pytest.MonkeyPatch) -> None:
-    def move(
+    async def move(
         self: InMemoryStore, source: str, target: str, *basis: Any
-    ) -> Observable[MeshNode | None]:
-        def work() -> MeshNode | None:
-            with self._lock:
-                existing = self._get(source)
-                if existing is None:
-                    return None
-                taken = self._get(target)
-                if taken is not None:
-                    raise self._conflict(target, taken, f"move of '{source}' refused")
-                table = self._partitions[partition_of(source)]
-                del table[source]
-                moved = existing.model_copy(
-                    update={"path": target, "version": existing.version + 1}
-                )
-                table[target] = moved  # the mutant: kept in the SOURCE partition's table
-            return moved
-
-        return cold(work)
+    ) -> MeshNode | None:
+        with self._lock:
+            existing = self._get(source)
+            if existing is None:
+                return None
+            taken = self._get(target)
+            if taken is not None:
+                raise self._conflict(target, taken, f"move of '{source}' refused")
+            table = self._partitions[partition_of(source)]
+            del table[source]
+            moved = existing.model_copy(update={"path": target, "version": existing.version + 1})
+            table[target] = moved  # the mutant: kept in the SOURCE partition's table
+        return moved
 
     mp.setattr(InMemoryStore, "move", move)
 

@@ -43,7 +43,7 @@ async def test_existing_paths_are_skipped_and_reported_never_overwritten() -> No
     assert second.success
     assert second.already_present == (batch[0].path, batch[1].path)
     assert [n.path for n in second.created] == [batch[2].path, batch[3].path]
-    stored = await first_value(store.read(batch[0].path))
+    stored = await store.read(batch[0].path)
     assert stored is not None
     assert stored.request_id == first.request_id  # untouched
 

@@ -45,7 +45,7 @@ async def test_a_user_without_rights_cannot_delete_a_node_created_concurrently()
         RejectionReason.VALIDATION_FAILED,
         RejectionReason.FORBIDDEN,
     }, delete
-    assert await first_value(store.read("beta/b")) is not None
+    assert await store.read("beta/b") is not None
     again = await first_value(mesh.delete_node(DeleteNodeRequest(path="beta/b", access=CAROL)))
     assert again.rejection_reason is RejectionReason.FORBIDDEN
 
@@ -56,7 +56,7 @@ async def race_a_rightless_delete_against_a_create() -> tuple[object, object, Me
     bob has created ``beta/b`` (claiming the partition)."""
     mesh, store = make_mesh()
     created = asyncio.Event()
-    original = store.aread
+    original = store.read
     held: list[str] = []
 
     async def held_read(path: str) -> MeshNode | None:
@@ -65,7 +65,7 @@ async def race_a_rightless_delete_against_a_create() -> tuple[object, object, Me
             await created.wait()
         return await original(path)
 
-    store.aread = held_read  # type: ignore[method-assign]
+    store.read = held_read  # type: ignore[method-assign]
     delete = asyncio.ensure_future(
         first_value(mesh.delete_node(DeleteNodeRequest(path="beta/b", access=CAROL)))
     )
@@ -75,7 +75,7 @@ async def race_a_rightless_delete_against_a_create() -> tuple[object, object, Me
     create = await first_value(mesh.create_node(CreateNodeRequest(node=doc("beta/b"), access=BOB)))
     created.set()
     deleted = await asyncio.wait_for(delete, 5)
-    return create, deleted, await store.aread("beta/b")
+    return create, deleted, await store.read("beta/b")
 
 
 async def test_a_rightless_delete_racing_a_create_never_removes_the_node() -> None:
@@ -122,7 +122,7 @@ async def test_negative_control_the_owner_still_deletes_its_node() -> None:
     await mesh.create(doc("beta/b"), access=BOB)
     answer = await first_value(mesh.delete_node(DeleteNodeRequest(path="beta/b", access=BOB)))
     assert answer.success, answer
-    assert await first_value(store.read("beta/b")) is None
+    assert await store.read("beta/b") is None
 
 
 async def test_unavailable_after_a_heal_names_what_was_written() -> None:
@@ -143,7 +143,7 @@ async def test_unavailable_after_a_heal_that_did_write_says_what_it_wrote() -> N
     """FAILS against the old arm ("Nothing was written" after ``p/_owner``, ``p`` and
     ``p/_access/alice`` were written). The heal landed, then the node's own INSERT was refused."""
     mesh, store = make_mesh(retry_delays=())
-    original = store.awrite
+    original = store.write
     heals = 0
 
     async def write(node: MeshNode) -> MeshNode:
@@ -154,7 +154,7 @@ async def test_unavailable_after_a_heal_that_did_write_says_what_it_wrote() -> N
             heals += 1
         return await original(node)
 
-    store.awrite = write  # type: ignore[method-assign]
+    store.write = write  # type: ignore[method-assign]
     answer = await first_value(mesh.create_node(CreateNodeRequest(node=doc("p/x"), access=ALICE)))
     assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
     text = answer.error or ""
@@ -168,13 +168,13 @@ async def test_unavailable_after_a_heal_that_did_write_says_what_it_wrote() -> N
 async def test_a_cross_partition_move_that_healed_says_what_it_wrote() -> None:
     mesh, store = make_mesh(retry_delays=())
     await mesh.create(doc("src/a"), access=ALICE)
-    store_move = store.amove
+    store_move = store.move
 
     async def move(source: str, target: str, *basis: object) -> MeshNode | None:
         store.refuse_writes_as_unreachable()
         return await store_move(source, target, *basis)
 
-    store.amove = move  # type: ignore[method-assign]
+    store.move = move  # type: ignore[method-assign]
     answer = await first_value(
         mesh.move_node(MoveNodeRequest(source="src/a", target="dst/a", access=ALICE))
     )
@@ -205,7 +205,7 @@ async def test_a_node_deleted_by_its_owner_is_not_resurrected_by_the_ledger() ->
     await mesh.delete("p/x", access=ALICE)
     store.resume_change_feed(reason="listener resumed")  # the gap: nothing is left to re-issue
     await asyncio.sleep(0)
-    assert await first_value(store.read("p/x")) is None
+    assert await store.read("p/x") is None
     stats = mesh.ledger.statistics()
     assert (stats.settled, stats.pending, stats.in_flight) == (1, 0, 0)  # one verdict, once
 
@@ -270,7 +270,7 @@ async def test_a_reissue_in_flight_is_called_off_when_the_callers_own_reissue_la
     request = CreateNodeRequest(node=doc("p/x"), access=ALICE)
     await first_value(mesh.create_node(request))
     store.restore()
-    original = store.awrite
+    original = store.write
     stuck: list[bool] = []
     called_off = asyncio.Event()
 
@@ -284,7 +284,7 @@ async def test_a_reissue_in_flight_is_called_off_when_the_callers_own_reissue_la
                 called_off.set()
         return await original(node)
 
-    store.awrite = write  # type: ignore[method-assign]
+    store.write = write  # type: ignore[method-assign]
     outcomes = Outcomes(mesh.ledger)
     store.declare_gap("listener resumed")  # the recovery re-issues; its write hangs
     for _ in range(10):

@@ -149,7 +149,7 @@ async def test_every_verb_refuses_a_huge_integer_on_the_memory_store() -> None:
         mesh.dispose()
     _assert_refused(outcome)
     assert [n.path for n in store.nodes("ints") if "/_" not in n.path] == ["ints", "ints/upd"]
-    assert (await store.aread("ints/upd")).content == {}  # type: ignore[union-attr]
+    assert (await store.read("ints/upd")).content == {}  # type: ignore[union-attr]
 
 
 async def test_an_integer_one_digit_too_long_is_refused_on_every_verb() -> None:
@@ -170,7 +170,7 @@ async def test_640_digits_are_written_and_read_back_on_the_memory_store() -> Non
     finally:
         mesh.dispose()
     assert all(reason is None for reason, _ in outcome.values()), outcome
-    assert (await store.aread("ints/bulk")).content == _content(LONGEST)  # type: ignore[union-attr]
+    assert (await store.read("ints/bulk")).content == _content(LONGEST)  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("value", [HUGE, TOO_LONG], ids=["huge", "641"])
@@ -259,9 +259,9 @@ async def test_postgres_refuses_a_huge_integer_and_keeps_640_digits(
     finally:
         mesh.dispose()
     assert all(reason is None for reason, _ in outcome.values()), outcome
-    stored = await pg_store.aread(f"{partition}k/bulk")
+    stored = await pg_store.read(f"{partition}k/bulk")
     assert stored is not None and stored.content == _content(LONGEST)
-    assert await pg_store.aread(f"{partition}/doc") is None
+    assert await pg_store.read(f"{partition}/doc") is None
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])

@@ -7,9 +7,6 @@ import json
 
 import asyncpg
 import pytest
-import reactivex
-from reactivex import Observable
-from reactivex import operators as ops
 
 from rxmesh import (
     AccessContext,
@@ -19,7 +16,7 @@ from rxmesh import (
     MeshNode,
     RejectionReason,
 )
-from rxmesh.aio import first_value, from_async
+from rxmesh.aio import first_value
 from rxmesh.exceptions import (
     InvalidPathError,
     NodeAccessDeniedError,
@@ -57,7 +54,7 @@ async def test_a_create_on_a_reachable_store_lands_and_reads_back() -> None:
     assert response.success, response
     assert response.node is not None and response.node.version == 1
     assert response.node.created_by == "alice"
-    stored = await first_value(store.read("acme/a"))
+    stored = await store.read("acme/a")
     assert stored is not None and stored.request_id == response.request_id
 
 
@@ -128,16 +125,13 @@ class _CancellingStore(InMemoryStore):
         super().__init__()
         self.with_timeout = with_timeout
 
-    def write(self, node: MeshNode) -> Observable[MeshNode]:
-        async def cancelled() -> MeshNode:
-            if self.with_timeout:
-                try:
-                    raise TimeoutError("statement timed out")
-                except TimeoutError as exc:
-                    raise asyncio.CancelledError() from exc
-            raise asyncio.CancelledError()
-
-        return from_async(cancelled)
+    async def write(self, node: MeshNode) -> MeshNode:
+        if self.with_timeout:
+            try:
+                raise TimeoutError("statement timed out")
+            except TimeoutError as exc:
+                raise asyncio.CancelledError() from exc
+        raise asyncio.CancelledError()
 
 
 async def test_a_cancelled_create_is_unavailable_logged_at_debug_only(
@@ -209,9 +203,9 @@ async def test_negative_control_a_swallowing_bootstrap_is_caught_by_the_same_tes
 async def test_a_new_partition_is_bootstrapped_owner_root_and_grant() -> None:
     mesh, store = make_mesh()
     assert (await ask(mesh, CreateNodeRequest(node=node("acme/a"), access=ALICE))).success
-    owner = await first_value(store.read("acme/_owner"))
-    root = await first_value(store.read("acme"))
-    grant = await first_value(store.read("acme/_access/alice"))
+    owner = await store.read("acme/_owner")
+    root = await store.read("acme")
+    grant = await store.read("acme/_access/alice")
     assert owner is not None and owner.content == {"owner": "alice"}
     assert root is not None and root.created_by == "system"
     assert grant is not None
@@ -221,7 +215,7 @@ async def test_a_system_owned_partition_gets_no_grant() -> None:
     mesh, store = make_mesh()
     system = AccessContext.system()
     assert (await ask(mesh, CreateNodeRequest(node=node("sys/a"), access=system))).success
-    assert await first_value(store.read("sys/_access/system")) is None
+    assert await store.read("sys/_access/system") is None
 
 
 async def test_a_user_without_a_grant_is_forbidden_not_invalid() -> None:
@@ -229,8 +223,8 @@ async def test_a_user_without_a_grant_is_forbidden_not_invalid() -> None:
     assert (await ask(mesh, CreateNodeRequest(node=node("acme/a"), access=ALICE))).success
     response = await ask(mesh, CreateNodeRequest(node=node("acme/b"), access=BOB))
     assert response.rejection_reason is RejectionReason.FORBIDDEN
-    assert await first_value(store.read("acme/b")) is None
-    assert await first_value(store.read("acme/_access/bob")) is None
+    assert await store.read("acme/b") is None
+    assert await store.read("acme/_access/bob") is None
 
 
 async def test_a_granted_user_may_create() -> None:
@@ -399,22 +393,18 @@ class _CommitsThenVanishes(InMemoryStore):
         super().__init__()
         self.writes = 0
 
-    def write(self, node: MeshNode) -> Observable[MeshNode]:
+    async def write(self, node: MeshNode) -> MeshNode:
         if node.path != "acme/b":
-            return super().write(node)
+            return await super().write(node)
         self.writes += 1
         if self.writes > 1:
-            return reactivex.throw(unreachable_error("memory"))
-        landed = super().write(node)
-
-        def lost(_: MeshNode) -> Observable[MeshNode]:
-            lost_reply = StoreError(
-                "connection lost in the middle of the call", sqlstate="08006", may_have_run=True
-            )
-            lost_reply.__cause__ = ConnectionResetError(104, "Connection reset by peer")
-            return reactivex.throw(lost_reply)
-
-        return landed.pipe(ops.flat_map(lost))
+            raise unreachable_error("memory")
+        await super().write(node)
+        lost_reply = StoreError(
+            "connection lost in the middle of the call", sqlstate="08006", may_have_run=True
+        )
+        lost_reply.__cause__ = ConnectionResetError(104, "Connection reset by peer")
+        raise lost_reply
 
 
 async def test_a_create_whose_write_may_have_committed_never_says_nothing_was_written() -> None:
@@ -425,7 +415,7 @@ async def test_a_create_whose_write_may_have_committed_never_says_nothing_was_wr
     assert response.rejection_reason is RejectionReason.UNAVAILABLE
     assert "Nothing was written" not in (response.error or "")
     assert "may already be durable" in (response.error or "")
-    stored = await first_value(store.read("acme/b"))
+    stored = await store.read("acme/b")
     assert stored is not None
     assert stored.request_id == response.request_id  # it did land
     assert [p.path for p in mesh.ledger.pending()] == ["acme/b"]  # the re-issue will say LANDED
@@ -474,15 +464,10 @@ async def test_control_a_write_refused_at_connect_every_time_still_says_nothing_
 class _AliceOpensFirst(InMemoryStore):
     """Alice's ownership record lands between Bob's facts read and Bob's own claim."""
 
-    def write(self, node: MeshNode) -> Observable[MeshNode]:
+    async def write(self, node: MeshNode) -> MeshNode:
         if node.path == "race/_owner" and node.content == {"owner": "bob"}:
-            alice_owner = node.model_copy(update={"content": {"owner": "alice"}})
-            return (
-                super()
-                .write(alice_owner)
-                .pipe(ops.flat_map(lambda _: super(_AliceOpensFirst, self).write(node)))
-            )
-        return super().write(node)
+            await super().write(node.model_copy(update={"content": {"owner": "alice"}}))
+        return await super().write(node)
 
 
 async def test_a_user_who_loses_the_race_to_open_a_partition_is_not_granted_anything() -> None:
@@ -490,11 +475,11 @@ async def test_a_user_who_loses_the_race_to_open_a_partition_is_not_granted_anyt
     mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(""))
     response = await ask(mesh, CreateNodeRequest(node=node("race/b"), access=BOB))
     assert response.rejection_reason is RejectionReason.FORBIDDEN
-    owner = await first_value(store.read("race/_owner"))
+    owner = await store.read("race/_owner")
     assert owner is not None
     assert owner.content == {"owner": "alice"}
-    assert await first_value(store.read("race/_access/bob")) is None
-    assert await first_value(store.read("race/b")) is None
+    assert await store.read("race/_access/bob") is None
+    assert await store.read("race/b") is None
 
 
 async def test_control_the_user_who_opens_a_partition_owns_it_and_creates() -> None:
@@ -513,7 +498,7 @@ async def test_each_subscription_of_a_create_is_its_own_attempt() -> None:
     answer = mesh.create_node(CreateNodeRequest(node=node("acme/b"), access=ALICE))
     first = await first_value(answer)
     assert first.outcome_unknown  # its write may have committed (it did)
-    assert await first_value(store.delete("acme/b"))  # gone again; writes are now refused
+    assert await store.delete("acme/b")  # gone again; writes are now refused
     second = await first_value(answer)  # the same observable, subscribed again
     assert second.rejection_reason is RejectionReason.UNAVAILABLE
     assert not second.outcome_unknown  # this attempt's writes were all refused at connect

@@ -8,6 +8,7 @@ the very row it read still lands; an update that did land is still recognised by
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -158,13 +159,10 @@ async def test_a_reissue_is_not_applied_to_a_node_created_again_at_its_version(v
     assert (intent.expected_version, intent.expected_request_id) == (1, seed.request_id)
     store.drop_change_feed()  # the evidence comes once the node was created again
     store.restore()
-    assert await store.inner.adelete("acme/a")
-    await first_value(
-        store.inner.write(
+    assert await store.inner.delete("acme/a")
+    await asyncio.wait_for(store.inner.write(
             doc("acme/a", x="bob").model_copy(update={"version": 1, "request_id": "bob-recreates"})
-        ),
-        timeout=5,
-    )
+        ), 5)
     collected = Outcomes(mesh.ledger)
     store.resume_change_feed()
     (outcome,) = await collected.wait(1)

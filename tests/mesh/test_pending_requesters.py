@@ -66,7 +66,7 @@ async def test_another_requester_never_displaces_a_pending_intent(tmp_path: Path
     store.declare_gap("listener resumed")  # type: ignore[attr-defined]
     got = await outcomes.wait(1)
     assert [(o.intent.request_id, o.verdict) for o in got] == [(first.request_id, Verdict.LANDED)]
-    row = await first_value(store.read("p/doc"))  # type: ignore[attr-defined]
+    row = await store.read("p/doc")  # type: ignore[attr-defined]
     assert row is not None
     assert row.content == {"by": "alice"}
     assert row.request_id == first.request_id

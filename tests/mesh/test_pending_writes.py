@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import reactivex
-from reactivex import Observable
-from reactivex import operators as ops
 from reactivex.testing import TestScheduler
 
 from rxmesh import AccessContext, CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
@@ -64,7 +61,7 @@ async def test_negative_control_without_recording_nothing_is_recorded_and_nothin
     assert mesh.ledger.statistics().taken == 0
     assert mesh.recovery is not None
     assert mesh.recovery.reissuing == 0
-    assert await first_value(store.read("acme/b")) is None
+    assert await store.read("acme/b") is None
 
 
 async def test_within_pending_writes_unrecorded_an_unavailable_create_is_not_recorded() -> None:
@@ -148,7 +145,7 @@ async def test_the_original_access_context_is_used_a_revoked_grant_drops_as_forb
     (outcome,) = await collected.wait(1)
     assert outcome.verdict is Verdict.DROPPED
     assert outcome.reason is RejectionReason.FORBIDDEN
-    assert await first_value(store.read("acme/bob1")) is None
+    assert await store.read("acme/bob1") is None
 
 
 async def test_a_restart_reissues_a_journaled_intent(tmp_path: Path) -> None:
@@ -212,17 +209,18 @@ class _FlakyWrites(InMemoryStore):
         super().__init__()
         self.mode = "ok"
 
-    def write(self, node: MeshNode) -> Observable[MeshNode]:
+    async def write(self, node: MeshNode) -> MeshNode:
         if node.path != "acme/b" or self.mode == "ok":
-            return super().write(node)
+            return await super().write(node)
         lost = StoreError("connection lost mid-call", sqlstate="08006", may_have_run=True)
         lost.__cause__ = ConnectionResetError(104, "Connection reset by peer")
         if self.mode == "commit-then-vanish":
             self.mode = "lost"  # the retries find the store gone
-            return super().write(node).pipe(ops.flat_map(lambda _: reactivex.throw(lost)))
+            await super().write(node)
+            raise lost
         if self.mode == "lost":
-            return reactivex.throw(lost)
-        return reactivex.throw(unreachable_error("memory"))
+            raise lost
+        raise unreachable_error("memory")
 
 
 async def _reissue_with(mode: str) -> tuple[PendingWriteOutcome, _FlakyWrites]:
@@ -242,7 +240,7 @@ async def _reissue_with(mode: str) -> tuple[PendingWriteOutcome, _FlakyWrites]:
 async def test_a_reissue_whose_reply_was_lost_after_it_committed_is_confirmed_landed() -> None:
     outcome, store = await _reissue_with("commit-then-vanish")
     assert outcome.verdict is Verdict.LANDED
-    row = await first_value(store.read("acme/b"))
+    row = await store.read("acme/b")
     assert row is not None
     assert row.request_id == outcome.intent.request_id
 
@@ -251,4 +249,4 @@ async def test_control_a_reissue_lost_with_nothing_committed_is_dropped() -> Non
     outcome, store = await _reissue_with("lost")
     assert outcome.verdict is Verdict.DROPPED
     assert outcome.reason is RejectionReason.UNAVAILABLE
-    assert await first_value(store.read("acme/b")) is None
+    assert await store.read("acme/b") is None

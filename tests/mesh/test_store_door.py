@@ -1,8 +1,8 @@
 """Every store call of the mesh goes through one door: the ``ask`` methods of ``MeshCore``.
 
 Two checks. The first reads the source of every module of ``rxmesh/mesh`` and refuses a call of
-a store verb (or its coroutine twin, or ``rxmesh.providers.call``, or the ladder) anywhere but
-in the door. The second runs every verb (create, the bulk, update, delete, move; a fault and its
+a store verb (called, or taken as a value to call later) or the ladder anywhere but in the
+door. The second runs every verb (create, the bulk, update, delete, move; a fault and its
 probe too) over a store that records, for each call, whether it came through the door. Each has
 its negative control: the checker flags the direct calls the create and the bulk once made, and
 the store sees a create that writes past the door.
@@ -27,7 +27,6 @@ from rxmesh.mesh._core import MeshCore, now, stamp
 from rxmesh.mesh._create import Create
 from rxmesh.model import AccessContext, WindowCommitted
 from rxmesh.operations import DeleteNodeRequest, MoveNodeRequest, UpdateNodeRequest
-from rxmesh.providers._store import call
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
 from tests.helpers import ALICE
@@ -36,7 +35,6 @@ from .conftest import FAST
 
 MESH = Path(rxmesh.mesh.__file__).parent
 VERBS = ("read", "read_many", "write", "write_many", "update", "delete", "move")
-TWINS = tuple(f"a{verb}" for verb in VERBS)
 DOOR = {("_core.py", "ask"), ("_core.py", "ask_stream"), ("_core.py", "ask_once")}
 DOOR_HELPERS = {("_core.py", "_noting")}  # what ask runs when told of each failed try
 STORES = {"store", "_store"}
@@ -67,29 +65,18 @@ def _functions(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
 
 def store_calls_past_the_door(source: str, module: str) -> list[str]:
     """Where ``source`` (the module ``module`` of the mesh) reaches the store but through the
-    door: a store verb or its twin called on the store, the store handed to ``getattr``,
-    ``rxmesh.providers.call`` imported, or the ladder used (the door's retry)."""
+    door: a store verb called or taken as a value (``store.write``, ``observe(store.read, p)``),
+    the store handed to ``getattr``, or the ladder used (the door's retry)."""
     found: list[str] = []
     tree = ast.parse(source)
     for function, node in _functions(tree):
         if (module, function) in DOOR | DOOR_HELPERS:
             continue
         where = f"{module}:{getattr(node, 'lineno', '?')}"
-        if (
-            isinstance(node, ast.ImportFrom)
-            and module != "_core.py"  # the door's own
-            and node.module in ("rxmesh.providers", "rxmesh.providers._store")
-        ):
-            if any(alias.name == "call" for alias in node.names):
-                found.append(f"{where} imports the store's call")
+        if isinstance(node, ast.Attribute) and node.attr in VERBS and _is_store(node.value):
+            found.append(f"{where} reaches store.{node.attr}")
         elif isinstance(node, ast.Call):
             func = node.func
-            if (
-                isinstance(func, ast.Attribute)
-                and func.attr in VERBS + TWINS
-                and _is_store(func.value)
-            ):
-                found.append(f"{where} calls store.{func.attr}")
             if (
                 isinstance(func, ast.Name)
                 and func.id == "getattr"
@@ -123,15 +110,10 @@ def test_no_module_of_the_mesh_reaches_the_store_but_through_the_door() -> None:
 
 
 _CREATE_PAST_THE_DOOR = """
-from rxmesh.providers._store import call
-
 async def _write(self, req, access, facts):
     core, node = self._core, req.node
     store = core.store
-
-    async def write():
-        return await call(store, "write", stamped)
-
+    write = functools.partial(store.write, stamped)
     return await core.ladder.call(write, scheduler=core.scheduler)
 """
 
@@ -141,18 +123,18 @@ async def _bulk(self, req, state):
     await _drain(core.retried(core.store.write_many(stamped, req.window)), on_item)
 
 async def _fault(self, req, state, exc):
-    found = await self._core.store.aread_many(unsettled)
+    found = await self._core.store.read_many(unsettled)
     method = getattr(self._core.store, "read_many")
 """
 
 
 def test_negative_control_the_checker_flags_the_direct_calls_the_create_and_bulk_made() -> None:
     create = store_calls_past_the_door(_CREATE_PAST_THE_DOOR, "_create.py")
-    assert any("imports the store's call" in line for line in create), create
+    assert any("reaches store.write" in line for line in create), create
     assert any("uses the ladder" in line for line in create), create
     bulk = store_calls_past_the_door(_BULK_PAST_THE_DOOR, "_bulk.py")
     assert any("store.write_many" in line for line in bulk), bulk
-    assert any("store.aread_many" in line for line in bulk), bulk
+    assert any("store.read_many" in line for line in bulk), bulk
     assert any("by name" in line for line in bulk), bulk
     # The same calls inside the door are its own.
     inside = _CREATE_PAST_THE_DOOR.replace("_write", "ask")
@@ -182,22 +164,16 @@ class _RecordingStore(FaultInjectingStore):
         return super().write_many(nodes, window)
 
 
-def _recorded(operation: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    def observable(self: _RecordingStore, *args: Any) -> Any:
+def _recorded(operation: str) -> Callable[..., Any]:
+    async def verb(self: _RecordingStore, *args: Any) -> Any:
         self.seen(operation)
-        return getattr(FaultInjectingStore, operation)(self, *args)
+        return await getattr(FaultInjectingStore, operation)(self, *args)
 
-    async def twin(self: _RecordingStore, *args: Any) -> Any:
-        self.seen(operation)
-        return await getattr(FaultInjectingStore, f"a{operation}")(self, *args)
-
-    return observable, twin
+    return verb
 
 
 for _operation in ("read", "read_many", "write", "update", "delete", "move"):
-    _observable, _twin = _recorded(_operation)
-    setattr(_RecordingStore, _operation, _observable)
-    setattr(_RecordingStore, f"a{_operation}", _twin)
+    setattr(_RecordingStore, _operation, _recorded(_operation))
 
 
 def _mark_the_door(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -285,7 +261,7 @@ async def test_negative_control_a_create_writing_past_the_door_is_seen(
     async def _write(
         self: Create, req: CreateNodeRequest, access: AccessContext, facts: Any
     ) -> Any:
-        return await call(self._core.store, "write", stamp(req.node, access.user, now(), None))
+        return await self._core.store.write(stamp(req.node, access.user, now(), None))
 
     monkeypatch.setattr(Create, "_write", _write)
     store = await _every_verb(monkeypatch)

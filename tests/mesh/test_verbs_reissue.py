@@ -111,7 +111,7 @@ async def newer_write_then_reissue(verb: str) -> tuple[PendingWriteOutcome, dict
     mesh, store, _seed, _answer = await outage(verb)
     collected = Outcomes(mesh.ledger)
     store.restore()
-    await store.inner.aupdate(doc("acme/a", x="newer"), None, None, "someone-else")
+    await store.inner.update(doc("acme/a", x="newer"), None, None, "someone-else")
     (outcome,) = await collected.wait(1)
     rows = {n.path: n for n in store.inner.nodes("acme")}
     mesh.dispose()
@@ -166,7 +166,7 @@ async def test_a_reissued_delete_finding_the_node_gone_is_already_absent() -> No
     mesh, store, _seed, _answer = await outage("delete")
     collected = Outcomes(mesh.ledger)
     store.restore()
-    await store.inner.adelete("acme/a")  # someone else deleted it; the commit is the evidence
+    await store.inner.delete("acme/a")  # someone else deleted it; the commit is the evidence
     (outcome,) = await collected.wait(1)
     assert outcome.verdict is Verdict.ALREADY_ABSENT, outcome
     assert mesh.ledger.statistics().already_absent == 1
@@ -177,7 +177,7 @@ async def test_a_reissued_move_whose_target_was_taken_meanwhile_is_a_conflict() 
     mesh, store, _seed, _answer = await outage("move")
     collected = Outcomes(mesh.ledger)
     store.restore()
-    await store.inner.awrite(doc("acme/z", taken=True).model_copy(update={"request_id": "other"}))
+    await store.inner.write(doc("acme/z", taken=True).model_copy(update={"request_id": "other"}))
     (outcome,) = await collected.wait(1)
     assert outcome.verdict is Verdict.CONFLICT, outcome
     rows = {n.path: n for n in store.inner.nodes("acme")}
@@ -228,7 +228,7 @@ async def test_the_in_process_api_raises_a_distinct_conflict_error() -> None:
     ):
         with pytest.raises(NodeVersionConflictError, match="another write came first"):
             await call
-    assert (await first_value(store.read("acme/a"))).content == {"x": 2}  # type: ignore[union-attr]
+    assert (await store.read("acme/a")).content == {"x": 2}  # type: ignore[union-attr]
     store.refuse_writes_as_unreachable()
     with pytest.raises(StoreUnavailableError):
         await mesh.update(doc("acme/a", x=4), access=ALICE)
@@ -339,7 +339,7 @@ async def test_a_delete_whose_lost_reply_is_retried_is_answered_already_absent()
     ladder's retry finds the node gone: that is this delete, answered success, not 'no node'."""
     mesh, store = make_mesh()
     await mesh.create(doc("acme/a"), access=ALICE)
-    original, tries = store.adelete, []
+    original, tries = store.delete, []
 
     async def reply_lost(path: str, *basis: Any) -> bool:
         tries.append(path)
@@ -348,8 +348,8 @@ async def test_a_delete_whose_lost_reply_is_retried_is_answered_already_absent()
             raise connection_reset_error()
         return deleted
 
-    store.adelete = reply_lost  # type: ignore[method-assign]
+    store.delete = reply_lost  # type: ignore[method-assign]
     answer = await send(mesh, DeleteNodeRequest(path="acme/a", access=ALICE))
     assert answer.success and answer.already_absent, answer
-    assert len(tries) == 2 and await first_value(store.read("acme/a")) is None
+    assert len(tries) == 2 and await store.read("acme/a") is None
     mesh.dispose()

@@ -23,7 +23,7 @@ from rxmesh.nodetypes.census import CENSUS_QUERY, LiveRecordCensus, describe_cha
 from rxmesh.operators import fan_in
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore, connection_reset_error
-from tests.helpers import LogRecords
+from tests.helpers import LogRecords, done
 
 INTERRUPTED = (
     "StoreError interrupted the census subscription — re-opening (1/5) in 2s: "
@@ -60,7 +60,7 @@ class World:
         )
 
     def write(self, node: MeshNode) -> None:
-        self.inner.write(node).subscribe()
+        done(self.inner.write(node))
 
     def status(self) -> tuple[HealthStatus, str]:
         result = self.check()
@@ -167,7 +167,7 @@ def test_negative_control_the_raw_census_terminates_on_the_same_fault() -> None:
         "(the raw census does not re-open); last reading (2 NodeType records"
     )
     # The record re-keyed after the fault is no longer being watched for.
-    world.inner.update(record("types/Note", "Memo")).subscribe()
+    done(world.inner.update(record("types/Note", "Memo")))
     assert world.registry.names() == ("Invoice", "Note")
 
 
@@ -242,13 +242,13 @@ def test_a_record_rekeyed_after_boot_is_rebaked_and_shows_in_the_census() -> Non
     world = boot()
     census = world.census().start()
 
-    world.inner.update(record("types/Note", "Memo")).subscribe()  # renamed after boot
+    done(world.inner.update(record("types/Note", "Memo")))  # renamed after boot
     assert world.registry.names() == ("Invoice", "Memo")
-    world.inner.move("types/Invoice", "types/Bill").subscribe()  # re-keyed by path
+    done(world.inner.move("types/Invoice", "types/Bill"))  # re-keyed by path
     assert world.registry.names() == ("Invoice", "Memo")
     assert world.registry.get("Invoice") is not None
     assert world.registry.get("Invoice").path == "types/Bill"  # type: ignore[union-attr]
-    world.inner.delete("types/Bill").subscribe()
+    done(world.inner.delete("types/Bill"))
     assert world.registry.names() == ("Memo",)
 
     assert census.statistics().records == 1
@@ -260,7 +260,7 @@ def test_a_record_rekeyed_during_the_interruption_is_seen_by_the_reopened_census
     world.store.die_mid_stream(after_frames=1)
     world.census().start()
 
-    world.inner.update(record("types/Note", "Memo")).subscribe()  # while nobody watches
+    done(world.inner.update(record("types/Note", "Memo")))  # while nobody watches
     assert world.registry.names() == ("Invoice", "Note")
     world.scheduler.advance_to(2)
     assert world.registry.names() == ("Invoice", "Memo")

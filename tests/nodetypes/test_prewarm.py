@@ -34,7 +34,7 @@ from rxmesh.nodetypes.prewarm import (
 )
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
-from tests.helpers import LogRecords
+from tests.helpers import LogRecords, done
 from tests.mesh.conftest import make_mesh
 
 BOUND = 5.0
@@ -54,7 +54,7 @@ def nodetype(path: str, name: str) -> MeshNode:
 def seeded(*extra: MeshNode) -> FaultInjectingStore:
     inner = InMemoryStore()
     for node in (nodetype("types/Invoice", "Invoice"), nodetype("types/Note", "Note"), *extra):
-        inner.write(node).subscribe()
+        done(inner.write(node))
     return FaultInjectingStore(inner)
 
 
@@ -107,7 +107,7 @@ async def test_the_sweep_reads_through_a_mesh_and_reports_malformed_records() ->
         nodetype("types/Note", "Note"),
         MeshNode(path="types/Bad", node_type="NodeType", content={"name": "Bad", "fields": 1}),
     ):
-        store.inner.write(node).subscribe()
+        done(store.inner.write(node))
     registry = NodeTypeRegistry()
 
     result = await run(PreWarmer(mesh, registry))
@@ -323,7 +323,7 @@ async def test_the_witness_reads_the_recorded_verdict(
 ) -> None:
     store = InMemoryStore()
     witness = StoreBuildWitness(store)
-    store.write(MeshNode(path=witness.path_for("b1"), content=content)).subscribe()
+    done(store.write(MeshNode(path=witness.path_for("b1"), content=content)))
     assert await witness.verdict("b1") is expected
 
 
@@ -331,7 +331,7 @@ async def test_no_record_is_undetermined_and_an_unreadable_one_is_an_error() -> 
     store = InMemoryStore()
     witness = StoreBuildWitness(store)
     assert await witness.verdict("b1") is WitnessVerdict.UNDETERMINED
-    store.write(MeshNode(path=witness.path_for("b2"), content={"verdict": "maybe"})).subscribe()
+    done(store.write(MeshNode(path=witness.path_for("b2"), content={"verdict": "maybe"})))
     with pytest.raises(MalformedWitnessRecordError, match="system/_build/b2"):
         await witness.verdict("b2")
     with pytest.raises(ValueError, match="'GO' or 'NO-GO'"):

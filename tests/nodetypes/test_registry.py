@@ -299,7 +299,7 @@ async def test_through_the_mesh_an_unknown_type_answers_invalid_node_type() -> N
     response = await ask(mesh, node("Receipt", {"amount": 1}, "acme/r1"))
     assert response.rejection_reason is RejectionReason.INVALID_NODE_TYPE
     assert "unknown node type 'Receipt'" in (response.error or "")
-    assert await first_value(mesh.store.read("acme/r1")) is None
+    assert await mesh.store.read("acme/r1") is None
 
 
 async def test_through_the_mesh_bad_content_answers_validation_failed_naming_the_field() -> None:
@@ -307,14 +307,14 @@ async def test_through_the_mesh_bad_content_answers_validation_failed_naming_the
     response = await ask(mesh, node("Invoice", {"amount": "lots"}, "acme/i1"))
     assert response.rejection_reason is RejectionReason.VALIDATION_FAILED
     assert "content.amount: Input should be a valid number" in (response.error or "")
-    assert await first_value(mesh.store.read("acme/i1")) is None
+    assert await mesh.store.read("acme/i1") is None
 
 
 async def test_through_the_mesh_good_content_lands() -> None:
     mesh, _ = registry_mesh(strict=True)
     response = await ask(mesh, node("Invoice", {"amount": 12.5, "currency": "EUR"}, "acme/i2"))
     assert response.success, response
-    stored = await first_value(mesh.store.read("acme/i2"))
+    stored = await mesh.store.read("acme/i2")
     assert stored is not None and stored.content == {"amount": 12.5, "currency": "EUR"}
 
 

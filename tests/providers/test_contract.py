@@ -19,7 +19,7 @@ from rxmesh.model import (
     QueryFrame,
     StoreEvidence,
 )
-from rxmesh.providers import Store
+from rxmesh.providers import Store, observe
 from tests.providers.conftest import SHARED_DATABASE_KINDS, WAIT, Recorder, collect
 
 
@@ -30,11 +30,11 @@ def node(path: str, *, request_id: str | None = "req-1", **fields: object) -> Me
 
 
 async def put(store: Store, *nodes: MeshNode) -> list[MeshNode]:
-    return [await first_value(store.write(n), timeout=WAIT) for n in nodes]
+    return [await asyncio.wait_for(store.write(n), WAIT) for n in nodes]
 
 
 async def get(store: Store, path: str) -> MeshNode | None:
-    return await first_value(store.read(path), timeout=WAIT)
+    return await asyncio.wait_for(store.read(path), WAIT)
 
 
 # -- the protocol and laziness ---------------------------------------------------------------
@@ -46,15 +46,17 @@ def test_the_store_implements_the_protocol(store: Store) -> None:
     assert store.name
 
 
-async def test_an_unsubscribed_write_writes_nothing(store: Store, partition: str) -> None:
-    store.write(node(f"{partition}/a"))
+async def test_an_unawaited_write_writes_nothing(store: Store, partition: str) -> None:
+    store.write(node(f"{partition}/a")).close()
     store.write_many([node(f"{partition}/b")])
     assert await get(store, f"{partition}/a") is None
     assert await get(store, f"{partition}/b") is None
 
 
-async def test_each_subscription_does_the_work_again(store: Store, partition: str) -> None:
-    read = store.read(f"{partition}/a")
+async def test_each_subscription_of_a_verb_observed_does_the_work_again(
+    store: Store, partition: str
+) -> None:
+    read = observe(store.read, f"{partition}/a")
     assert await first_value(read, timeout=WAIT) is None
     await put(store, node(f"{partition}/a"))
     again = await first_value(read, timeout=WAIT)  # the same observable, subscribed again
@@ -100,10 +102,10 @@ async def test_read_many_returns_only_the_present_paths(
 ) -> None:
     await put(store, node(f"{partition}/a"), node(f"{partition}/b"))
     wanted = [f"{partition}/a", f"{partition}/b", f"{partition}/c", f"{other_partition}/x"]
-    found = await first_value(store.read_many(wanted), timeout=WAIT)
+    found = await asyncio.wait_for(store.read_many(wanted), WAIT)
     assert set(found) == {f"{partition}/a", f"{partition}/b"}
     assert found[f"{partition}/a"].path == f"{partition}/a"
-    assert await first_value(store.read_many([]), timeout=WAIT) == {}
+    assert await asyncio.wait_for(store.read_many([]), WAIT) == {}
 
 
 # -- single writes ---------------------------------------------------------------------------
@@ -151,8 +153,8 @@ async def test_write_many_commits_windows_per_partition_in_order(
     assert list(windows[0].paths) == [n.path for n in first[:1000]]
     assert list(windows[1].paths) == [n.path for n in first[1000:]]
     assert list(windows[2].paths) == [n.path for n in second]
-    found = await first_value(
-        store.read_many([first[0].path, first[-1].path, second[-1].path]), timeout=WAIT
+    found = await asyncio.wait_for(
+        store.read_many([first[0].path, first[-1].path, second[-1].path]), WAIT
     )
     assert len(found) == 3
     assert all(n.version >= 1 for n in found.values())
@@ -182,7 +184,7 @@ async def test_update_replaces_the_content_and_bumps_the_version(
 ) -> None:
     (written,) = await put(store, node(f"{partition}/a", content={"v": 1}))
     change = written.model_copy(update={"content": {"v": 2}, "node_type": "Memo"})
-    updated = await first_value(store.update(change), timeout=WAIT)
+    updated = await asyncio.wait_for(store.update(change), WAIT)
     assert updated is not None
     assert updated.content == {"v": 2}
     assert updated.node_type == "Memo"
@@ -192,22 +194,22 @@ async def test_update_replaces_the_content_and_bumps_the_version(
 
 
 async def test_update_of_an_absent_node_is_none(store: Store, partition: str) -> None:
-    assert await first_value(store.update(node(f"{partition}/a")), timeout=WAIT) is None
+    assert await asyncio.wait_for(store.update(node(f"{partition}/a")), WAIT) is None
     assert await get(store, f"{partition}/a") is None
 
 
 async def test_delete_removes_the_node_but_not_its_children(store: Store, partition: str) -> None:
     await put(store, node(f"{partition}/a"), node(f"{partition}/a/child"))
-    assert await first_value(store.delete(f"{partition}/a"), timeout=WAIT) is True
+    assert await asyncio.wait_for(store.delete(f"{partition}/a"), WAIT) is True
     assert await get(store, f"{partition}/a") is None
     assert await get(store, f"{partition}/a/child") is not None
-    assert await first_value(store.delete(f"{partition}/a"), timeout=WAIT) is False
-    assert await first_value(store.delete(f"{partition}/never"), timeout=WAIT) is False
+    assert await asyncio.wait_for(store.delete(f"{partition}/a"), WAIT) is False
+    assert await asyncio.wait_for(store.delete(f"{partition}/never"), WAIT) is False
 
 
 async def test_move_takes_the_node_to_a_free_path(store: Store, partition: str) -> None:
     (written,) = await put(store, node(f"{partition}/a", content={"k": "v"}))
-    moved = await first_value(store.move(written.path, f"{partition}/b"), timeout=WAIT)
+    moved = await asyncio.wait_for(store.move(written.path, f"{partition}/b"), WAIT)
     assert moved is not None
     assert moved.path == f"{partition}/b"
     assert moved.content == {"k": "v"}
@@ -221,7 +223,7 @@ async def test_move_onto_a_taken_path_is_a_conflict_and_changes_nothing(
 ) -> None:
     await put(store, node(f"{partition}/a"), node(f"{partition}/b", request_id="req-b"))
     with pytest.raises(StoreConflictError) as caught:
-        await first_value(store.move(f"{partition}/a", f"{partition}/b"), timeout=WAIT)
+        await asyncio.wait_for(store.move(f"{partition}/a", f"{partition}/b"), WAIT)
     assert not is_transient_connect_fault(caught.value)
     assert await get(store, f"{partition}/a") is not None
     kept = await get(store, f"{partition}/b")
@@ -239,14 +241,14 @@ async def test_a_move_onto_itself_is_a_conflict_and_changes_nothing(
     await put(store, node(f"{partition}/a", request_id="req-a"))
     before = await get(store, f"{partition}/a")
     with pytest.raises(StoreConflictError) as caught:
-        await first_value(store.move(f"{partition}/a", f"{partition}/a"), timeout=WAIT)
+        await asyncio.wait_for(store.move(f"{partition}/a", f"{partition}/a"), WAIT)
     assert caught.value.path == f"{partition}/a"
     assert not is_transient_connect_fault(caught.value)
     assert await get(store, f"{partition}/a") == before
 
 
 async def test_move_of_an_absent_node_is_none(store: Store, partition: str) -> None:
-    assert await first_value(store.move(f"{partition}/a", f"{partition}/b"), timeout=WAIT) is None
+    assert await asyncio.wait_for(store.move(f"{partition}/a", f"{partition}/b"), WAIT) is None
 
 
 # -- live queries ----------------------------------------------------------------------------
@@ -294,13 +296,13 @@ async def test_a_query_sees_a_delta_for_each_matching_commit(store: Store, parti
         assert [n.path for n in added.nodes] == [f"{partition}/in/a"]
         assert added.removed == ()
 
-        updated = await first_value(
-            store.update(node(f"{partition}/in/a", content={"v": 2})), timeout=WAIT
+        updated = await asyncio.wait_for(
+            store.update(node(f"{partition}/in/a", content={"v": 2})), WAIT
         )
         changed = await frames.next()
         assert changed.nodes == (updated,)
 
-        await first_value(store.delete(f"{partition}/in/a"), timeout=WAIT)
+        await asyncio.wait_for(store.delete(f"{partition}/in/a"), WAIT)
         removed = await frames.next()
         assert removed.kind is FrameKind.DELTA
         assert removed.removed == (f"{partition}/in/a",)
@@ -346,11 +348,11 @@ async def test_answers_again_announces_every_kind_of_commit(store: Store, partit
     try:
         (written,) = await put(store, node(f"{partition}/a"))
         assert (await announced(f"{partition}/a")).version == written.version
-        await first_value(store.update(node(f"{partition}/a", content={"v": 2})), timeout=WAIT)
+        await asyncio.wait_for(store.update(node(f"{partition}/a", content={"v": 2})), WAIT)
         assert (await announced(f"{partition}/a")).version == written.version + 1
-        await first_value(store.move(f"{partition}/a", f"{partition}/b"), timeout=WAIT)
+        await asyncio.wait_for(store.move(f"{partition}/a", f"{partition}/b"), WAIT)
         await announced(f"{partition}/b")
-        await first_value(store.delete(f"{partition}/b"), timeout=WAIT)
+        await asyncio.wait_for(store.delete(f"{partition}/b"), WAIT)
         await announced(f"{partition}/b")
     finally:
         evidence.dispose()
@@ -364,7 +366,7 @@ async def test_the_change_feed_reports_upserts_and_deletes(store: Store, partiti
         assert upsert.op == "upsert"
         assert upsert.version == written.version
         assert upsert.source
-        await first_value(store.delete(f"{partition}/a"), timeout=WAIT)
+        await asyncio.wait_for(store.delete(f"{partition}/a"), WAIT)
         deletion = await changes.next_matching(lambda c: c.path == f"{partition}/a")
         assert deletion.op == "delete"
     finally:

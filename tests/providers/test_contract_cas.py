@@ -1,12 +1,13 @@
 """The Store contract for compare-and-set update, delete and move (issue 18), on every kind.
 
-Each rule is checked through the observable method AND the coroutine twin (``call``), so the
-two can never drift; each has its negative control (the same call without the basis, or with the
-basis the row really has, does apply).
+Each rule is checked with the verb awaited AND through the adapter to observables
+(``rxmesh.providers.observe``), so the two can never drift; each has its negative control (the
+same call without the basis, or with the basis the row really has, does apply).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -15,8 +16,7 @@ from rxmesh.aio import first_value
 from rxmesh.exceptions import StoreConflictError, StoreVersionConflictError
 from rxmesh.faults import is_store_unreachable
 from rxmesh.model import MeshNode
-from rxmesh.providers import Store
-from rxmesh.providers._store import call
+from rxmesh.providers import Store, observe
 from tests.providers.conftest import WAIT
 
 
@@ -26,17 +26,18 @@ def node(path: str, *, request_id: str | None = "req-1", **content: object) -> M
     )
 
 
-VIA = ["observable", "twin"]
+VIA = ["awaited", "observed"]
 
 
 async def run(store: Store, via: str, operation: str, *args: Any) -> Any:
-    if via == "twin":
-        return await call(store, operation, *args)
-    return await first_value(getattr(store, operation)(*args), timeout=WAIT)
+    verb = getattr(store, operation)
+    if via == "observed":
+        return await first_value(observe(verb, *args), timeout=WAIT)
+    return await asyncio.wait_for(verb(*args), WAIT)
 
 
 async def seeded(store: Store, path: str) -> MeshNode:
-    return await first_value(store.write(node(path)), timeout=WAIT)
+    return await asyncio.wait_for(store.write(node(path)), WAIT)
 
 
 @pytest.mark.parametrize("via", VIA)
@@ -66,7 +67,7 @@ async def test_an_update_based_on_an_older_version_changes_nothing(
     assert caught.value.expected_version == row.version
     assert caught.value.actual_version == newer.version
     assert not is_store_unreachable(caught.value)  # a verdict, never "could not reach"
-    now = await first_value(store.read(f"{partition}/a"), timeout=WAIT)
+    now = await asyncio.wait_for(store.read(f"{partition}/a"), WAIT)
     assert now is not None and now.content == {"text": "newer"}  # the newer write survives
 
 
@@ -76,12 +77,12 @@ async def test_the_basis_request_id_is_compared_too(store: Store, partition: str
     from the node the request was based on."""
     await seeded(store, f"{partition}/a")
     await run(store, via, "delete", f"{partition}/a")
-    again = await first_value(store.write(node(f"{partition}/a", request_id="req-2")), timeout=WAIT)
+    again = await asyncio.wait_for(store.write(node(f"{partition}/a", request_id="req-2")), WAIT)
     with pytest.raises(StoreVersionConflictError):
         await run(store, via, "update", node(f"{partition}/a"), again.version, "req-1", "u-1")
     with pytest.raises(StoreVersionConflictError):
         await run(store, via, "delete", f"{partition}/a", again.version, "req-1")
-    assert await first_value(store.read(f"{partition}/a"), timeout=WAIT) == again
+    assert await asyncio.wait_for(store.read(f"{partition}/a"), WAIT) == again
     # negative control: the basis the row really has applies
     assert await run(store, via, "delete", f"{partition}/a", again.version, "req-2") is True
 
@@ -113,7 +114,7 @@ async def test_a_delete_at_another_version_keeps_the_node(
     await run(store, via, "update", node(f"{partition}/a", text="newer"), None, None, "u-1")
     with pytest.raises(StoreVersionConflictError):
         await run(store, via, "delete", f"{partition}/a", row.version, row.request_id)
-    assert await first_value(store.read(f"{partition}/a"), timeout=WAIT) is not None
+    assert await asyncio.wait_for(store.read(f"{partition}/a"), WAIT) is not None
     assert await run(store, via, "delete", f"{partition}/a") is True  # without a basis: applies
     assert await run(store, via, "delete", f"{partition}/a", 1, None) is False  # gone: absent
 
@@ -127,7 +128,7 @@ async def test_a_move_checks_its_source_and_recognises_its_own_landing(
         await run(
             store, via, "move", f"{partition}/a", f"{partition}/b", row.version + 1, None, "m"
         )
-    assert await first_value(store.read(f"{partition}/b"), timeout=WAIT) is None
+    assert await asyncio.wait_for(store.read(f"{partition}/b"), WAIT) is None
     moved = await run(
         store, via, "move", f"{partition}/a", f"{partition}/b", row.version, row.request_id, "m"
     )
@@ -147,10 +148,10 @@ async def test_a_move_onto_a_taken_target_is_still_a_conflict_of_paths(
     store: Store, partition: str, via: str
 ) -> None:
     row = await seeded(store, f"{partition}/a")
-    await first_value(store.write(node(f"{partition}/b", request_id="other")), timeout=WAIT)
+    await asyncio.wait_for(store.write(node(f"{partition}/b", request_id="other")), WAIT)
     with pytest.raises(StoreConflictError):
         await run(store, via, "move", f"{partition}/a", f"{partition}/b", row.version, None, "m")
-    assert await first_value(store.read(f"{partition}/a"), timeout=WAIT) == row
+    assert await asyncio.wait_for(store.read(f"{partition}/a"), WAIT) == row
 
 
 @pytest.mark.parametrize("via", VIA)
@@ -175,7 +176,7 @@ async def test_a_create_with_the_moves_request_id_at_the_target_is_not_the_moves
 ) -> None:
     """Fails at 1d389e8 because a move whose source is gone took the target's create row (the
     same request id, version 1) for its own landed move."""
-    await first_value(store.write(node(f"{partition}/z", request_id="m-1")), timeout=WAIT)
+    await asyncio.wait_for(store.write(node(f"{partition}/z", request_id="m-1")), WAIT)
     moved = await run(store, via, "move", f"{partition}/a", f"{partition}/z", None, None, "m-1")
     assert moved is None
     # the control: a move that did land is recognised by its retry

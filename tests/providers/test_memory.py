@@ -8,6 +8,7 @@ from reactivex.testing import TestScheduler
 from rxmesh.exceptions import StoreConflictError
 from rxmesh.model import ChangeFeedGap, MeshNode, NodeQuery, QueryFrame, StoreEvidence
 from rxmesh.providers import InMemoryStore
+from tests.helpers import done
 
 
 def node(path: str, request_id: str = "r") -> MeshNode:
@@ -16,14 +17,13 @@ def node(path: str, request_id: str = "r") -> MeshNode:
 
 def test_the_write_log_records_every_write_type_attempt_including_refused_ones() -> None:
     store = InMemoryStore()
-    store.write(node("p/a")).subscribe()
-    errors: list[Exception] = []
-    store.write(node("p/a", request_id="other")).subscribe(on_error=errors.append)
+    done(store.write(node("p/a")))
+    with pytest.raises(StoreConflictError):
+        done(store.write(node("p/a", request_id="other")))
     store.write_many([node("p/b"), node("p/a")]).subscribe()
-    store.update(node("p/b")).subscribe()
-    store.move("p/b", "p/c").subscribe()
-    store.delete("p/zz").subscribe()
-    assert isinstance(errors[0], StoreConflictError)
+    done(store.update(node("p/b")))
+    done(store.move("p/b", "p/c"))
+    done(store.delete("p/zz"))
     assert store.write_log == [
         ("write", "p/a"),
         ("write", "p/a"),
@@ -43,8 +43,8 @@ def test_the_write_log_records_every_write_type_attempt_including_refused_ones()
 
 def test_reads_write_nothing_to_the_write_log() -> None:
     store = InMemoryStore()
-    store.read("p/a").subscribe()
-    store.read_many(["p/a"]).subscribe()
+    done(store.read("p/a"))
+    done(store.read_many(["p/a"]))
     store.query(NodeQuery()).subscribe().dispose()
     assert store.write_log == []
     assert store.statistics().reads == 3
@@ -70,7 +70,7 @@ def test_without_a_declaration_no_gap_is_published() -> None:
     store = InMemoryStore()
     gaps: list[ChangeFeedGap] = []
     store.gaps.subscribe(gaps.append)
-    store.write(node("p/a")).subscribe()
+    done(store.write(node("p/a")))
     assert gaps == []
 
 
@@ -80,7 +80,7 @@ def test_disposing_a_live_query_stops_its_deltas() -> None:
     subscription = store.query(NodeQuery(partition="p")).subscribe(frames.append)
     assert store.statistics().live_queries == 1
     subscription.dispose()
-    store.write(node("p/a")).subscribe()
+    done(store.write(node("p/a")))
     assert len(frames) == 1
     assert store.statistics().live_queries == 0
 
@@ -92,7 +92,7 @@ def test_a_commit_made_while_the_initial_is_delivered_follows_it_as_a_delta() ->
     def on_frame(frame: QueryFrame) -> None:
         frames.append(frame)
         if len(frames) == 1:
-            store.write(node("p/during")).subscribe()
+            done(store.write(node("p/during")))
 
     store.query(NodeQuery(partition="p")).subscribe(on_frame)
     assert [[n.path for n in f.nodes] for f in frames] == [[], ["p/during"]]
@@ -101,7 +101,7 @@ def test_a_commit_made_while_the_initial_is_delivered_follows_it_as_a_delta() ->
 def test_the_store_works_under_a_virtual_time_scheduler() -> None:
     store = InMemoryStore()
     scheduler = TestScheduler()
-    scheduler.schedule_absolute(300.0, lambda *_: store.write(node("p/a")).subscribe())
+    scheduler.schedule_absolute(300.0, lambda *_: done(store.write(node("p/a"))))
     results = scheduler.start(lambda: store.query(NodeQuery(partition="p")))
     assert [(m.time, m.value.kind) for m in results.messages] == [(200.0, "N"), (300.0, "N")]
 

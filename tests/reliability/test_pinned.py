@@ -11,11 +11,10 @@ from urllib.parse import urlparse
 
 import asyncpg
 import pytest
-from reactivex import operators as ops
 from reactivex.testing import TestScheduler
 
 from rxmesh import Mesh, MeshNode
-from rxmesh.aio import first_value, from_async
+from rxmesh.aio import first_value
 from rxmesh.faults import is_store_unreachable
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.operations import CreateNodeRequest, CreateNodesRequest, RejectionReason
@@ -81,9 +80,9 @@ async def test_a_call_on_a_just_terminated_pooled_connection_is_a_transient_stor
     admin = await asyncpg.connect(private_db, timeout=5.0)
     failures: list[BaseException] = []
     try:
-        await first_value(store.write(MeshNode(path="p/a", content={}, version=1)), timeout=5.0)
+        await asyncio.wait_for(store.write(MeshNode(path="p/a", content={}, version=1)), 5.0)
         for delay in (0.0, 0.0002, 0.0005, 0.001) * 10:
-            await first_value(store.read("p/a"), timeout=5.0)  # the pool connection is up
+            await asyncio.wait_for(store.read("p/a"), 5.0)  # the pool connection is up
             await admin.fetchval(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
                 " WHERE datname = $1 AND application_name = 'rxmesh'",
@@ -91,7 +90,7 @@ async def test_a_call_on_a_just_terminated_pooled_connection_is_a_transient_stor
             )
             await asyncio.sleep(delay)
             try:
-                await first_value(store.read("p/a"), timeout=5.0)
+                await asyncio.wait_for(store.read("p/a"), 5.0)
             except Exception as exc:
                 failures.append(exc)
     finally:
@@ -126,22 +125,17 @@ class _RootReadAfterRootWrite:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def read(self, path: str) -> Any:
+    async def read(self, path: str) -> Any:
         if path == "p" and not self.held:
             self.held = True
+            await self.root_written.wait()
+        return await self.inner.read(path)
 
-            async def later() -> Any:
-                await self.root_written.wait()
-                return await first_value(self.inner.read(path))
-
-            return from_async(later)
-        return self.inner.read(path)
-
-    def write(self, node: MeshNode) -> Any:
-        source = self.inner.write(node)
+    async def write(self, node: MeshNode) -> Any:
+        written = await self.inner.write(node)
         if node.path == "p":
-            return source.pipe(ops.do_action(on_completed=self.root_written.set))
-        return source
+            self.root_written.set()
+        return written
 
 
 async def test_two_creates_by_the_owner_of_a_new_partition_both_land() -> None:
@@ -165,11 +159,7 @@ async def test_a_create_by_someone_else_in_an_owned_partition_is_forbidden() -> 
     mesh = Mesh(InMemoryStore(), retry_delays=(0.001,), ledger=PendingWriteLedger(None))
     await mesh.create(MeshNode(path="p/a", content={}), access=ALICE)
     answer = await first_value(
-        mesh.create_node(
-            CreateNodeRequest(
-                node=MeshNode(path="p/b", content={}), access=MALLORY
-            )
-        ),
+        mesh.create_node(CreateNodeRequest(node=MeshNode(path="p/b", content={}), access=MALLORY)),
         timeout=5.0,
     )
     assert answer.rejection_reason is RejectionReason.FORBIDDEN

@@ -311,7 +311,7 @@ async def test_a_standing_watch_whose_query_hits_the_command_timeout_reopens(
 ) -> None:
     """FAILS against the old boundary: the 57014 it minted ended the watch for good."""
     async with PostgresStore(pg_dsn, command_timeout=0.3, schema_prefix=prefix) as store:
-        await first_value(store.write(doc("s/seed", version=1)))
+        await store.write(doc("s/seed", version=1))
         frames, reopened, ended = await watch_until(
             store, locker, f'"{store.schema_of("s")}".nodes'
         )
@@ -328,7 +328,7 @@ async def test_falsifier_a_standing_watch_ends_on_a_server_statement_timeout(
     try:
         await locker.execute("SET statement_timeout = 0")
         async with PostgresStore(slow_db, command_timeout=10, schema_prefix=prefix) as store:
-            await first_value(store.write(doc("s/seed", version=1)))
+            await store.write(doc("s/seed", version=1))
             frames, reopened, ended = await watch_until(
                 store, locker, f'"{store.schema_of("s")}".nodes'
             )

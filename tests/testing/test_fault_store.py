@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
 from reactivex import Observable
 from reactivex.testing import ReactiveTest, TestScheduler
 
+from rxmesh.aio import first_value
 from rxmesh.exceptions import QueryProviderStalledError, StoreError
 from rxmesh.faults import is_transient_connect_fault
 from rxmesh.model import (
@@ -21,7 +23,7 @@ from rxmesh.model import (
     StoreEvidence,
 )
 from rxmesh.operators import fan_in, retry_transient_connect
-from rxmesh.providers import InMemoryStore, Store
+from rxmesh.providers import InMemoryStore, Store, observe
 from rxmesh.testing import (
     WRITE_OPS,
     FaultInjectingStore,
@@ -30,19 +32,33 @@ from rxmesh.testing import (
     connection_reset_error,
     unreachable_error,
 )
+from tests.helpers import done
 
+NO_WAIT = (0.0, 0.0, 0.0)
+"""The ladder's three rungs, without their waits (the knob is counted, not the ladder's time)."""
 SUBSCRIBED = float(ReactiveTest.subscribed)
 """Virtual time at which ``TestScheduler.start`` subscribes."""
 
 
 class Seen:
-    """Synchronous observer: the in-memory store emits at subscription time."""
+    """What a stream emitted or a verb answered, synchronously: the in-memory store emits at
+    subscription time, and its verbs never suspend."""
 
-    def __init__(self, source: Observable[Any]) -> None:
+    def __init__(self, source: Observable[Any] | Coroutine[Any, Any, Any]) -> None:
         self.items: list[Any] = []
         self.errors: list[Exception] = []
         self.completed = False
-        self.subscription = source.subscribe(self.items.append, self.errors.append, self._complete)
+        if isinstance(source, Observable):
+            self.subscription = source.subscribe(
+                self.items.append, self.errors.append, self._complete
+            )
+            return
+        try:
+            self.items.append(done(source))
+        except Exception as error:
+            self.errors.append(error)
+            return
+        self.completed = True
 
     def _complete(self) -> None:
         self.completed = True
@@ -67,7 +83,7 @@ def store(inner: InMemoryStore) -> FaultInjectingStore:
     return FaultInjectingStore(inner)
 
 
-def write_ops(store: Store) -> dict[str, Observable[Any]]:
+def write_ops(store: Store) -> dict[str, Observable[Any] | Coroutine[Any, Any, Any]]:
     return {
         "write": store.write(node("p/new")),
         "write_many": store.write_many([node("p/m1"), node("p/m2")]),
@@ -95,12 +111,16 @@ def test_with_no_knob_set_every_operation_is_forwarded_and_logged(
     assert inner.write_log == [("write", "p/a")]
 
 
-def test_nothing_is_logged_until_an_operation_is_subscribed(store: FaultInjectingStore) -> None:
+def test_nothing_is_logged_until_an_operation_runs(store: FaultInjectingStore) -> None:
     source = store.write(node("p/a"))
+    stream = store.write_many([node("p/b")])
     assert store.operations == []
     Seen(source)
-    Seen(source)
-    assert store.counts["write"] == 2  # each subscription is an attempt
+    Seen(store.write(node("p/a")))
+    Seen(stream)
+    Seen(stream)
+    assert store.counts["write"] == 2  # each call is an attempt
+    assert store.counts["write_many"] == 2  # each subscription is an attempt
 
 
 def test_operation_paths_name_what_was_touched() -> None:
@@ -189,31 +209,24 @@ def test_a_faulted_read_raises_exactly_the_factorys_exception(store: FaultInject
     assert not is_transient_connect_fault(error)  # the knob does not make it transient
 
 
-def test_a_retry_meets_a_faulted_read_again_on_each_resubscription(
+async def test_a_retry_meets_a_faulted_read_again_on_each_resubscription(
     store: FaultInjectingStore,
 ) -> None:
     Seen(store.write(node("p/a")))
     store.fault_next_read("p/a", times=2)
-    scheduler = TestScheduler()
-    results = scheduler.start(
-        lambda: store.read("p/a").pipe(retry_transient_connect(scheduler=scheduler))
-    )
-    values = [m for m in results.messages if m.value.kind == "N"]
-    assert len(values) == 1
-    assert values[0].time == pytest.approx(SUBSCRIBED + 0.75)  # after the 0.25 s and 0.5 s rungs
+    retried = observe(store.read, "p/a").pipe(retry_transient_connect(NO_WAIT))
+    found = await first_value(retried)
+    assert found is not None and found.path == "p/a"
     assert store.counts["read"] == 3
     assert store.injected["faulted_read"] == 2
 
 
-def test_a_read_fault_that_outlasts_the_ladder_surfaces(store: FaultInjectingStore) -> None:
+async def test_a_read_fault_that_outlasts_the_ladder_surfaces(store: FaultInjectingStore) -> None:
     store.fault_next_read("p/a", times=5)
-    scheduler = TestScheduler()
-    results = scheduler.start(
-        lambda: store.read("p/a").pipe(retry_transient_connect(scheduler=scheduler))
-    )
-    (last,) = results.messages
-    assert last.value.kind == "E"
-    assert is_transient_connect_fault(last.value.exception)
+    retried = observe(store.read, "p/a").pipe(retry_transient_connect(NO_WAIT))
+    with pytest.raises(StoreError) as surfaced:
+        await first_value(retried)
+    assert is_transient_connect_fault(surfaced.value)
     assert store.counts["read"] == 4
     assert store.injected["faulted_read"] == 4
 

@@ -25,7 +25,7 @@ async def _refused(backend: OutageBackend, path: str) -> Exception | None:
     """The error a write of ``path`` meets, or ``None`` if it lands (bounded). The error is
     returned to be classified: the tests assert :func:`is_store_unreachable` of it."""
     try:
-        await asyncio.wait_for(backend.faults.awrite(MeshNode(path=path)), 10)
+        await asyncio.wait_for(backend.faults.write(MeshNode(path=path)), 10)
     except Exception as exc:
         return exc
     return None
@@ -38,7 +38,7 @@ async def test_the_in_memory_cut_refuses_reads_and_writes_as_unreachable_until_r
         refused = await _refused(backend, "p/during")
         assert isinstance(refused, StoreError) and is_store_unreachable(refused)
         with pytest.raises(StoreError) as read:
-            await backend.faults.aread("p/before")
+            await backend.faults.read("p/before")
         assert is_store_unreachable(read.value)
         assert backend.faults.statistics().feed_mode == "drop"
         # rows() reads behind the faults: what landed is there even while the store is cut
@@ -58,8 +58,8 @@ async def test_the_in_memory_cut_refuses_reads_and_writes_as_unreachable_until_r
 
 async def test_the_in_memory_rows_are_the_partitions_only() -> None:
     async with InMemoryOutage("p") as backend:
-        await backend.faults.awrite(MeshNode(path="p/a"))
-        await backend.faults.awrite(MeshNode(path="q/b"))
+        await backend.faults.write(MeshNode(path="p/a"))
+        await backend.faults.write(MeshNode(path="q/b"))
         assert [row.path for row in await backend.rows()] == ["p/a"]
 
 

@@ -212,6 +212,45 @@ async def a_program() -> list[str]:
     ]
 
 
+async def a_store_awaited_and_observed() -> list[str]:
+    """The ``Store`` protocol's verbs, awaited (one attempt per call), and the one adapter that
+    makes a verb an observable for a pipeline (a new attempt per subscription)."""
+    import reactivex
+
+    from rxmesh.aio import first_value
+    from rxmesh.model import MeshNode, WindowCommitted
+    from rxmesh.operators import retry_transient_connect
+    from rxmesh.providers import InMemoryStore, Store, observe
+    from rxmesh.testing import FaultInjectingStore
+
+    store: Store = FaultInjectingStore(InMemoryStore())
+    node = MeshNode(path="acme/a", node_type="Doc", content={"x": 1})
+    written: MeshNode = await store.write(node)
+    found: MeshNode | None = await store.read("acme/a")
+    rows: dict[str, MeshNode] = await store.read_many(["acme/a", "acme/b"])
+    updated: MeshNode | None = await store.update(node, written.version, written.request_id)
+    moved: MeshNode | None = await store.move("acme/a", "acme/b")
+    deleted: bool = await store.delete("acme/b")
+    windows: reactivex.Observable[WindowCommitted] = store.write_many([node], 500)
+    observed: reactivex.Observable[MeshNode | None] = observe(store.read, "acme/a").pipe(
+        retry_transient_connect()
+    )
+    again: MeshNode | None = await first_value(observed)
+    kept: reactivex.Observable[MeshNode | None] = observe(
+        store.update, node, expected_version=1, request_id="u-1"
+    )
+    return [
+        str(found),
+        str(sorted(rows)),
+        str(updated),
+        str(moved),
+        str(deleted),
+        repr(windows),
+        str(again),
+        repr(kept),
+    ]
+
+
 async def postgres_behind_a_pooler() -> list[str]:
     """A PostgresStore behind a transaction pooler, its statistics and its feed's health
     (issue 14's public options), typed as a user writes them."""

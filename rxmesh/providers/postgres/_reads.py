@@ -8,10 +8,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 import asyncpg
-from reactivex import Observable
 
 from rxmesh._util.path_order import PathOrdered, strictly_ascending
-from rxmesh.aio import from_async
 from rxmesh.model import MeshNode, NodeQuery, partition_of, validate_path
 from rxmesh.providers.postgres._connections import Connection, Connections
 from rxmesh.providers.postgres._errors import MISSING_SCHEMA
@@ -98,12 +96,8 @@ class Reads:
     _connections: Connections
     _schemas: Schemas
 
-    def read(self, path: str) -> Observable[MeshNode | None]:
+    async def read(self, path: str) -> MeshNode | None:
         """The node at ``path``; ``None`` for a clean absence (also: no such partition)."""
-        return from_async(lambda: self.aread(path))
-
-    async def aread(self, path: str) -> MeshNode | None:
-        """:meth:`read`, awaited."""
         validate_path(path)
         table = self._schemas.table(partition_of(path))
 
@@ -116,12 +110,8 @@ class Reads:
 
         return await self._connections.run(f"reading '{path}'", work)
 
-    def read_many(self, paths: Sequence[str]) -> Observable[dict[str, MeshNode]]:
+    async def read_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
         """The nodes present among ``paths``, one query per partition."""
-        return from_async(lambda: self.aread_many(paths))
-
-    async def aread_many(self, paths: Sequence[str]) -> dict[str, MeshNode]:
-        """:meth:`read_many`, awaited."""
         for start in range(0, len(paths), _VALIDATE_STEP):
             if start:
                 await asyncio.sleep(0)  # a 10,000-path read never holds the loop to check them

@@ -184,7 +184,7 @@ def _stored_nodes_of(
     is kept is the check a foreign or corrupt row fails cheaply: the path must lie in the
     table's partition and the version must be >= 0; a chunk with a row failing it is built row
     by row, that row by :func:`_node_from_row` (full validation, which raises on a corrupt row).
-    Point reads (``aread``/``aread_many``, which feed existence checks and grants) always
+    Point reads (``read``/``read_many``, which feed existence checks and grants) always
     validate. ``stamps_as_text``: the rows hold ``created_at`` as text (:data:`_LIVE_COLUMNS`).
     """
     with collector_paused():  # nothing built here can be garbage yet (rxmesh._util.collector)

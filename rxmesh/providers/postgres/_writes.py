@@ -93,16 +93,12 @@ class Writes:
     _schemas: Schemas
     _groups: WriteGroups[str, tuple[MeshNode, str | None]] | None
 
-    def write(self, node: MeshNode) -> Observable[MeshNode]:
+    async def write(self, node: MeshNode) -> MeshNode:
         """Insert ``node`` (version ``max(1, node.version)``) if its path is free.
 
         A row already there with the same request id is an ambiguous commit that landed: it is
-        emitted as if written now. Another request's row is a StoreConflictError.
+        returned as if written now. Another request's row is a StoreConflictError.
         """
-        return from_async(lambda: self.awrite(node))
-
-    async def awrite(self, node: MeshNode) -> MeshNode:
-        """:meth:`write`, awaited."""
         validate_path(node.path)
         partition = node.partition
         table = self._schemas.table(partition)
@@ -367,31 +363,19 @@ class Writes:
             store=self._name,
         )
 
-    def update(
-        self,
-        node: MeshNode,
-        expected_version: int | None = None,
-        expected_request_id: str | None = None,
-        request_id: str | None = None,
-    ) -> Observable[MeshNode | None]:
-        """Replace type and content of an existing node, version + 1; ``None`` if absent.
-
-        ``request_id`` (when given) becomes the row's; a row already carrying it is returned
-        unchanged (this request's update landed). With ``expected_version``: a compare-and-set
-        (:class:`StoreVersionConflictError` when another write came first).
-        """
-        return from_async(
-            lambda: self.aupdate(node, expected_version, expected_request_id, request_id)
-        )
-
-    async def aupdate(
+    async def update(
         self,
         node: MeshNode,
         expected_version: int | None = None,
         expected_request_id: str | None = None,
         request_id: str | None = None,
     ) -> MeshNode | None:
-        """:meth:`update`, awaited."""
+        """Replace type and content of an existing node, version + 1; ``None`` if absent.
+
+        ``request_id`` (when given) becomes the row's; a row already carrying it is returned
+        unchanged (this request's update landed). With ``expected_version``: a compare-and-set
+        (:class:`StoreVersionConflictError` when another write came first).
+        """
         validate_path(node.path)
         table = self._schemas.table(node.partition)
 
@@ -432,23 +416,14 @@ class Writes:
 
         return await self._connections.run(f"updating '{node.path}'", work)
 
-    def delete(
-        self,
-        path: str,
-        expected_version: int | None = None,
-        expected_request_id: str | None = None,
-    ) -> Observable[bool]:
-        """Delete the node at ``path`` (not its children); ``False`` if absent. With
-        ``expected_version``: a compare-and-set, as for :meth:`update`."""
-        return from_async(lambda: self.adelete(path, expected_version, expected_request_id))
-
-    async def adelete(
+    async def delete(
         self,
         path: str,
         expected_version: int | None = None,
         expected_request_id: str | None = None,
     ) -> bool:
-        """:meth:`delete`, awaited."""
+        """Delete the node at ``path`` (not its children); ``False`` if absent. With
+        ``expected_version``: a compare-and-set, as for :meth:`update`."""
         validate_path(path)
         table = self._schemas.table(partition_of(path))
 
@@ -477,25 +452,7 @@ class Writes:
 
         return await self._connections.run(f"deleting '{path}'", work)
 
-    def move(
-        self,
-        source: str,
-        target: str,
-        expected_version: int | None = None,
-        expected_request_id: str | None = None,
-        request_id: str | None = None,
-    ) -> Observable[MeshNode | None]:
-        """Move a node to a free path in one transaction; ``None`` if ``source`` is absent.
-
-        ``request_id`` (when given) becomes the moved row's; a target carrying it with the source
-        gone is this request's landed move, returned. With ``expected_version`` the source is
-        compared-and-set, as for :meth:`update`.
-        """
-        return from_async(
-            lambda: self.amove(source, target, expected_version, expected_request_id, request_id)
-        )
-
-    async def amove(
+    async def move(
         self,
         source: str,
         target: str,
@@ -503,7 +460,12 @@ class Writes:
         expected_request_id: str | None = None,
         request_id: str | None = None,
     ) -> MeshNode | None:
-        """:meth:`move`, awaited."""
+        """Move a node to a free path in one transaction; ``None`` if ``source`` is absent.
+
+        ``request_id`` (when given) becomes the moved row's; a target carrying it with the source
+        gone is this request's landed move, returned. With ``expected_version`` the source is
+        compared-and-set, as for :meth:`update`.
+        """
         validate_path(source)
         validate_path(target)
         source_table = self._schemas.table(partition_of(source))

@@ -98,13 +98,13 @@ async def test_a_refused_reconnect_of_a_started_store_is_transient(
     pg_dsn: str, proxy: FaultProxy, prefix: str, cleanup: None
 ) -> None:
     async with started(proxy.dsn(pg_dsn), prefix, connect_timeout=1) as store:
-        assert await first_value(store.read("p/a"), timeout=WAIT) is None
+        assert await asyncio.wait_for(store.read("p/a"), WAIT) is None
         proxy.refuse()
         proxy.reset()  # pooled connections die; the pool must connect again, and is refused
         errors: list[BaseException] = []
         for _ in range(3):  # the first call may still meet the dead connection (CDNE 08003)
             with pytest.raises(Exception) as caught:
-                await first_value(store.read("p/a"), timeout=WAIT)
+                await asyncio.wait_for(store.read("p/a"), WAIT)
             errors.append(caught.value)
             if isinstance(caught.value, StoreError):
                 break
@@ -114,7 +114,7 @@ async def test_a_refused_reconnect_of_a_started_store_is_transient(
         assert refused.sqlstate == "08001"
         assert isinstance(refused.__cause__, ConnectionRefusedError)
         await proxy.restore()
-        assert await first_value(store.read("p/a"), timeout=WAIT) is None  # healed
+        assert await asyncio.wait_for(store.read("p/a"), WAIT) is None  # healed
 
 
 # -- connection lost during a call ---------------------------------------------------------
@@ -137,10 +137,10 @@ async def test_a_stall_past_command_timeout_is_transient_and_drops_the_connectio
     pg_dsn: str, proxy: FaultProxy, prefix: str, cleanup: None
 ) -> None:
     async with started(proxy.dsn(pg_dsn), prefix, command_timeout=0.4, connect_timeout=0.5) as s:
-        assert await first_value(s.read("p/a"), timeout=WAIT) is None
+        assert await asyncio.wait_for(s.read("p/a"), WAIT) is None
         proxy.stall()
         with pytest.raises(StoreError) as caught:
-            await first_value(s.read("p/a"), timeout=WAIT)
+            await asyncio.wait_for(s.read("p/a"), WAIT)
         proxy.unstall()
     assert caught.value.sqlstate is None
     assert caught.value.transient is True
@@ -154,10 +154,10 @@ async def test_an_ambiguous_commit_that_landed_is_recognised_by_its_request_id(
     path = "amb/landed-0001"
     node = MeshNode(path=path, content={"k": 1}, version=1, request_id="req-amb")
     async with started(proxy.dsn(pg_dsn), prefix) as store:
-        await first_value(store.write(node.model_copy(update={"path": "amb/warm"})), timeout=WAIT)
+        await asyncio.wait_for(store.write(node.model_copy(update={"path": "amb/warm"})), WAIT)
         proxy.reset_after_client_sends(path.encode())  # the INSERT goes out, its reply does not
         with pytest.raises(Exception) as caught:
-            await first_value(store.write(node), timeout=WAIT)
+            await asyncio.wait_for(store.write(node), WAIT)
         assert is_transient_connect_fault(caught.value), repr(caught.value)
         direct = await asyncpg.connect(pg_dsn)
         try:
@@ -167,7 +167,7 @@ async def test_an_ambiguous_commit_that_landed_is_recognised_by_its_request_id(
         finally:
             await direct.close()
         assert landed == "req-amb"  # the server committed what the client never heard about
-        again = await first_value(store.write(node), timeout=WAIT)
+        again = await asyncio.wait_for(store.write(node), WAIT)
         assert again.request_id == "req-amb"
         assert again.content == {"k": 1}
 
@@ -193,11 +193,11 @@ async def test_a_command_timeout_on_a_usable_connection_is_the_store_not_answeri
     tests/reliability/test_process_stall.py for that falsifier.)"""
     async with started(pg_dsn, prefix, command_timeout=0.3) as store:
         node = MeshNode(path="slow/a", version=1)
-        await first_value(store.write(node), timeout=WAIT)
+        await asyncio.wait_for(store.write(node), WAIT)
         holder, tx = await _locked(pg_dsn, f'"{store.schema_of("slow")}".nodes', "slow/a")
         try:
             with pytest.raises(StoreError) as caught:
-                await first_value(store.update(node), timeout=WAIT)
+                await asyncio.wait_for(store.update(node), WAIT)
         finally:
             await tx.rollback()  # type: ignore[attr-defined]
             await holder.close()
@@ -206,7 +206,7 @@ async def test_a_command_timeout_on_a_usable_connection_is_the_store_not_answeri
         assert "did not answer in time" in str(caught.value)
         assert "stayed usable" in str(caught.value)
         assert is_transient_connect_fault(caught.value)
-        assert await first_value(store.read("slow/a"), timeout=WAIT) is not None  # still usable
+        assert await asyncio.wait_for(store.read("slow/a"), WAIT) is not None  # still usable
 
 
 async def test_an_exhausted_pool_is_back_pressure_naming_this_process_pool(
@@ -222,13 +222,13 @@ async def test_an_exhausted_pool_is_back_pressure_naming_this_process_pool(
     )
     async with store:
         node = MeshNode(path="busy/a", version=1)
-        await first_value(store.write(node), timeout=WAIT)
+        await asyncio.wait_for(store.write(node), WAIT)
         holder, tx = await _locked(pg_dsn, f'"{store.schema_of("busy")}".nodes', "busy/a")
         try:
-            blocked = asyncio.ensure_future(first_value(store.update(node), timeout=WAIT))
+            blocked = asyncio.ensure_future(asyncio.wait_for(store.update(node), WAIT))
             await asyncio.sleep(0.05)  # let it take the only connection
             with pytest.raises(StorePoolExhaustedError) as caught:
-                await first_value(store.read("busy/a"), timeout=WAIT)
+                await asyncio.wait_for(store.read("busy/a"), WAIT)
         finally:
             await tx.rollback()  # type: ignore[attr-defined]
             await holder.close()
@@ -242,7 +242,7 @@ async def test_raw_server_refusals_are_not_transient(
     pg_dsn: str, prefix: str, cleanup: None
 ) -> None:
     async with started(pg_dsn, prefix) as store:
-        await first_value(store.write(MeshNode(path="ctl/a", version=1)), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="ctl/a", version=1)), WAIT)
         table = f'"{store.schema_of("ctl")}".nodes'
     conn = await asyncpg.connect(pg_dsn)
     other = await asyncpg.connect(pg_dsn)
@@ -282,8 +282,8 @@ async def test_a_missing_partition_reads_as_absent_but_other_errors_propagate(
     pg_dsn: str, prefix: str, cleanup: None
 ) -> None:
     async with started(pg_dsn, prefix) as store:
-        assert await first_value(store.read("nowhere/a"), timeout=WAIT) is None
-        await first_value(store.write(MeshNode(path="gone/a", version=1)), timeout=WAIT)
+        assert await asyncio.wait_for(store.read("nowhere/a"), WAIT) is None
+        await asyncio.wait_for(store.write(MeshNode(path="gone/a", version=1)), WAIT)
         conn = await asyncpg.connect(pg_dsn)
         try:
             # The table is there but unreadable for another reason: that is no absence.
@@ -297,7 +297,7 @@ async def test_a_missing_partition_reads_as_absent_but_other_errors_propagate(
         finally:
             await conn.close()
         with pytest.raises(pgexc.UndefinedColumnError) as caught:
-            await first_value(store.read("gone/a"), timeout=WAIT)
+            await asyncio.wait_for(store.read("gone/a"), WAIT)
         assert not is_transient_connect_fault(caught.value)
 
 

@@ -67,7 +67,7 @@ async def test_no_gap_is_declared_for_the_first_listen(pg_dsn: str, prefix: str)
     gaps: list[ChangeFeedGap] = []
     store.gaps.subscribe(gaps.append)
     async with store:
-        await first_value(store.write(MeshNode(path="p/a", version=1)), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="p/a", version=1)), WAIT)
         assert store.feed_backend_pid is not None
     assert gaps == []
 
@@ -77,7 +77,7 @@ async def test_a_terminated_listener_declares_a_gap_and_the_requery_sees_the_mis
 ) -> None:
     async with started(pg_dsn, prefix, reconnect_backoff=(0.3,)) as store:
         changes: Recorder[NodeChange] = Recorder(store.changes)
-        await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="p/seed", version=1)), WAIT)
         await changes.next_matching(lambda c: c.path == "p/seed")  # its NOTIFY is behind us
         gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
         evidence: Recorder[StoreEvidence] = Recorder(store.answers_again)
@@ -111,7 +111,7 @@ async def test_a_terminated_listener_declares_a_gap_and_the_requery_sees_the_mis
             assert second_pid is not None
             await _terminate(pg_dsn, second_pid)
             await gaps.next()
-            await first_value(store.write(MeshNode(path="p/marker", version=1)), timeout=WAIT)
+            await asyncio.wait_for(store.write(MeshNode(path="p/marker", version=1)), WAIT)
             after = await frames.next()
             assert [n.path for n in after.nodes] == ["p/marker"]
             announced = await evidence.next_matching(lambda e: isinstance(e, CommitAnnounced))
@@ -159,18 +159,18 @@ async def test_a_restarted_server_resumes_the_feed_with_a_gap_and_is_unreachable
         async with PostgresStore(
             cluster.dsn, connect_timeout=1.0, reconnect_backoff=(0.05, 0.1)
         ) as store:
-            await first_value(store.write(MeshNode(path="p/a", version=1)), timeout=WAIT)
+            await asyncio.wait_for(store.write(MeshNode(path="p/a", version=1)), WAIT)
             gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
             try:
                 await asyncio.to_thread(cluster.stop, "fast")
                 with pytest.raises(Exception) as caught:
-                    await first_value(store.read("p/a"), timeout=WAIT)
+                    await asyncio.wait_for(store.read("p/a"), WAIT)
                 assert is_transient_connect_fault(caught.value), repr(caught.value)
                 assert gaps.pending() == 0
                 await asyncio.to_thread(cluster.start)
                 gap = await gaps.next()
                 assert gap.source == store.name
-                node = await first_value(store.read("p/a"), timeout=WAIT)  # the pool healed
+                node = await asyncio.wait_for(store.read("p/a"), WAIT)  # the pool healed
                 assert node is not None
             finally:
                 gaps.dispose()
@@ -187,17 +187,17 @@ def test_the_store_name_never_shows_a_password() -> None:
 async def test_operations_on_an_unstarted_store_say_so(pg_dsn: str) -> None:
     store = PostgresStore(pg_dsn)
     with pytest.raises(RuntimeError, match="not started"):
-        await first_value(store.read("p/a"), timeout=WAIT)
+        await asyncio.wait_for(store.read("p/a"), WAIT)
 
 
 async def test_partitions_differing_only_in_case_are_different_schemas(
     pg_dsn: str, prefix: str
 ) -> None:
     async with started(pg_dsn, prefix) as store:
-        await first_value(store.write(MeshNode(path="Abc/x", content=1)), timeout=WAIT)
-        await first_value(store.write(MeshNode(path="abc/x", content=2)), timeout=WAIT)
-        upper = await first_value(store.read("Abc/x"), timeout=WAIT)
-        lower = await first_value(store.read("abc/x"), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="Abc/x", content=1)), WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="abc/x", content=2)), WAIT)
+        upper = await asyncio.wait_for(store.read("Abc/x"), WAIT)
+        lower = await asyncio.wait_for(store.read("abc/x"), WAIT)
         assert upper is not None
         assert lower is not None
         assert (upper.content, lower.content) == (1, 2)

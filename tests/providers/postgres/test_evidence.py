@@ -113,7 +113,7 @@ async def test_a_verified_start_re_issues_the_intents_loaded_from_a_journal(
             ]
         finally:
             second.dispose()
-        stored = await first_value(store.read_many(["vs/before-start", "vs/after-start"]))
+        stored = await store.read_many(["vs/before-start", "vs/after-start"])
         assert sorted(stored) == ["vs/after-start", "vs/before-start"]
     finally:
         first.dispose()

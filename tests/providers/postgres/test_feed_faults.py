@@ -21,7 +21,6 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from rxmesh.aio import first_value
 from rxmesh.health import ChangeFeedCheck, HealthStatus
 from rxmesh.model import (
     ChangeFeedGap,
@@ -216,7 +215,7 @@ def test_hostile_payloads_of_every_shape_are_counted_skipped_and_the_feed_goes_o
         )
         runner.run(store.start())
         try:
-            runner.run(first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT))
+            runner.run(asyncio.wait_for(store.write(MeshNode(path="p/seed", version=1)), WAIT))
             frames, evidence, gaps = runner.run(_observe(store))
             channel = PREFIX + "changes"
 
@@ -403,7 +402,7 @@ async def test_a_dispatch_task_that_dies_is_declared_lost_restarted_and_ends_in_
     """FAILS against the old code: the dead dispatcher went unnoticed -- no ERROR, no gap, and
     the next foreign commit never reached the live query."""
     async with started(pg_dsn, prefix, reconnect_backoff=(0.5,)) as store:
-        await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="p/seed", version=1)), WAIT)
         check = ChangeFeedCheck(store)
         frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
         gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
@@ -456,7 +455,7 @@ async def test_a_listener_task_that_dies_is_declared_lost_reconnected_and_ends_i
 ) -> None:
     options = {"reconnect_backoff": (0.05,), "heartbeat_interval": 0.05}
     async with started(pg_dsn, prefix, **options) as store:
-        await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="p/seed", version=1)), WAIT)
         frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
         gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
         try:
@@ -480,7 +479,7 @@ async def test_a_batch_that_fails_is_reported_declared_as_a_gap_and_the_next_one
     pg_dsn: str, prefix: str, log_records: LogRecords
 ) -> None:
     async with started(pg_dsn, prefix) as store:
-        await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="p/seed", version=1)), WAIT)
         frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
         gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
         try:
@@ -514,7 +513,7 @@ async def test_a_subscriber_that_raises_is_reported_and_the_others_still_get_eve
     the live query subscribed after it never got its Delta."""
     async with started(pg_dsn, prefix) as store:
         seen: Recorder[NodeChange] = Recorder(store.changes)
-        await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="p/seed", version=1)), WAIT)
         await seen.next_matching(lambda c: c.path == "p/seed")  # delivered before `broken` joins
         seen.dispose()
 

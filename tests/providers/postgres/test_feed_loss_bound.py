@@ -12,7 +12,6 @@ import asyncio
 
 import pytest
 
-from rxmesh.aio import first_value
 from rxmesh.exceptions import StoreError
 from rxmesh.faults import is_standing_watch_transient, is_store_unreachable
 from rxmesh.model import FrameKind, MeshNode, NodeQuery, QueryFrame
@@ -64,14 +63,14 @@ async def test_a_live_query_ends_with_a_transient_error_once_its_feed_stays_lost
         await store.start()
         query = NodeQuery(partition="lq")
         try:
-            await first_value(store.write(doc("lq/seed")), timeout=WAIT)
+            await asyncio.wait_for(store.write(doc("lq/seed")), WAIT)
             frames: Recorder[QueryFrame] = Recorder(store.query(query))
             initial = await frames.next()
             assert initial.kind is FrameKind.INITIAL
             assert [n.path for n in initial.nodes] == ["lq/seed"]
 
             listen_route.reset()  # a blip: the listener re-connects at once
-            await first_value(store.write(doc("lq/blip")), timeout=WAIT)
+            await asyncio.wait_for(store.write(doc("lq/blip")), WAIT)
             await _frame_with(frames, "lq/blip")  # from the feed or the gap's re-read
             async with asyncio.timeout(WAIT):
                 while store.feed_statistics().gaps_declared < 1:  # noqa: ASYNC110 - bounded
@@ -80,7 +79,7 @@ async def test_a_live_query_ends_with_a_transient_error_once_its_feed_stays_lost
 
             listen_route.refuse()
             listen_route.reset()  # the listener's route is gone for good
-            await first_value(store.write(doc("lq/unseen")), timeout=WAIT)
+            await asyncio.wait_for(store.write(doc("lq/unseen")), WAIT)
             with pytest.raises(StoreError) as ended:
                 await frames.next_matching(lambda _: False, timeout=BOUND + WAIT)
             error = ended.value

@@ -15,7 +15,6 @@ from urllib.parse import urlparse
 import asyncpg
 import pytest
 
-from rxmesh.aio import first_value
 from rxmesh.health import ChangeFeedCheck, HealthStatus
 from rxmesh.model import ChangeFeedGap, FrameKind, MeshNode, NodeQuery, QueryFrame, StoreEvidence
 from rxmesh.providers.postgres import ChangeFeedState, PostgresStore
@@ -70,7 +69,7 @@ async def test_a_listener_deaf_to_notifications_is_lost_reconnected_verified_the
     re-connects, re-LISTENs, verifies with a probe, and only then declares the gap; the live
     query re-reads and gets the missed row."""
     async with started(pg_dsn, prefix, **QUICK) as store:
-        await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="p/seed", version=1)), WAIT)
         frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
         gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
         try:

@@ -55,14 +55,14 @@ def test_the_check_tells_a_float_from_an_int() -> None:
 
 async def test_a_node_reads_back_with_its_floats(pg_dsn: str, prefix: str) -> None:
     async with PostgresStore(pg_dsn, schema_prefix=prefix) as store:
-        await store.awrite(MeshNode(path="p/one", content=CONTENT, version=1))
+        await store.write(MeshNode(path="p/one", content=CONTENT, version=1))
         await collect(
             store.write_many([MeshNode(path=f"p/bulk{i}", content=CONTENT) for i in range(3)]),
             timeout=WAIT,
         )
-        updated = await store.aupdate(MeshNode(path="p/one", content=dict(CONTENT, v=2), version=2))
+        updated = await store.update(MeshNode(path="p/one", content=dict(CONTENT, v=2), version=2))
         assert updated is not None
-        read = await store.aread("p/one")
+        read = await store.read("p/one")
         assert read is not None and _same(read.content, dict(CONTENT, v=2))
         frame = await first_value(store.query(NodeQuery(partition="p")), timeout=WAIT)
         for node in frame.nodes:

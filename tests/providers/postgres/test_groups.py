@@ -51,7 +51,7 @@ async def _lone(groups: WriteGroups[str, str], key: str, gate: asyncio.Event) ->
 
 
 async def _write(groups: WriteGroups[str, str], key: str, item: str) -> bool | str | None:
-    """What ``PostgresStore.awrite`` does: alone when a lane is free, else in a group."""
+    """What ``PostgresStore.write`` does: alone when a lane is free, else in a group."""
     if groups.enter(key):
         groups.leave(key)
         return "alone"

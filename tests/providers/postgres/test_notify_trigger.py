@@ -15,7 +15,6 @@ from collections import Counter
 import asyncpg
 import pytest
 
-from rxmesh.aio import first_value
 from rxmesh.model import MeshNode
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.providers.postgres._notifications import parse_notification
@@ -63,7 +62,7 @@ async def test_every_row_of_a_statement_is_announced_once(
 ) -> None:
     store = PostgresStore(pg_dsn, schema_prefix=prefix)
     async with store:
-        await first_value(store.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        await asyncio.wait_for(store.write(MeshNode(path="p/seed", version=1)), WAIT)
         table = f"{quote_identifier(store.schema_of('p'))}.nodes"
         # Long paths, so that 40 and 300 rows need several payloads of the aggregate branch and
         # 8 rows of them overflow the small branch's byte bound (it hands over to the aggregate).
@@ -116,7 +115,7 @@ async def test_an_earlier_versions_function_is_replaced_on_a_process_first_write
     this one writes there first: then it is replaced (docs/performance.md, the notify trigger).
     The negative control is the state before that write: the old body is still in place."""
     async with PostgresStore(pg_dsn, schema_prefix=prefix) as first:
-        await first_value(first.write(MeshNode(path="p/seed", version=1)), timeout=WAIT)
+        await asyncio.wait_for(first.write(MeshNode(path="p/seed", version=1)), WAIT)
         schema = first.schema_of("p")
     conn = await asyncpg.connect(pg_dsn)
     try:
@@ -129,7 +128,7 @@ async def test_an_earlier_versions_function_is_replaced_on_a_process_first_write
         body = "SELECT prosrc FROM pg_proc WHERE oid = $1::regprocedure"
         assert "LIMIT 9" not in await conn.fetchval(body, function)
         async with PostgresStore(pg_dsn, schema_prefix=prefix) as second:
-            await first_value(second.write(MeshNode(path="p/next", version=1)), timeout=WAIT)
+            await asyncio.wait_for(second.write(MeshNode(path="p/next", version=1)), WAIT)
         assert "LIMIT 9" in await conn.fetchval(body, function)
     finally:
         await conn.close()

@@ -149,9 +149,9 @@ async def test_stores_started_together_through_a_pooler_never_meet_a_prepared_st
     try:
 
         async def work(index: int, store: PostgresStore) -> None:
-            await first_value(store.write(doc(f"st/s{index}")), timeout=WAIT)
+            await asyncio.wait_for(store.write(doc(f"st/s{index}")), WAIT)
             await asyncio.gather(
-                *(first_value(store.read(f"st/s{(index + k) % 4}"), timeout=WAIT) for k in range(8))
+                *(asyncio.wait_for(store.read(f"st/s{(index + k) % 4}"), WAIT) for k in range(8))
             )
 
         await asyncio.gather(*(work(i, store) for i, store in enumerate(stores)))
@@ -184,7 +184,7 @@ async def test_a_listener_behind_the_pooler_refuses_start_saying_what_is_wrong_a
     assert health.status is HealthStatus.UNHEALTHY
     assert health.description.startswith("change feed unverified: ")
     with pytest.raises(RuntimeError, match="not started"):
-        await first_value(store.read("p/a"), timeout=WAIT)
+        await asyncio.wait_for(store.read("p/a"), WAIT)
 
 
 def _commit_from_another_process(dsn: str, schema: str, path: str) -> None:
@@ -208,7 +208,7 @@ async def test_with_listen_dsn_a_live_query_sees_another_process_commit_through_
     store with listen_dsn= the server starts, and its live query sees a commit another process
     made through the pooler. FAILS against the old code: no Delta ever arrived."""
     async with started(pgbouncer_dsn, prefix, listen_dsn=pg_dsn) as store:
-        await first_value(store.write(doc("live/seed")), timeout=WAIT)
+        await asyncio.wait_for(store.write(doc("live/seed")), WAIT)
         frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="live")))
         try:
             assert (await frames.next()).kind is FrameKind.INITIAL

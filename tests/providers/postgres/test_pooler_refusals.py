@@ -17,7 +17,6 @@ import asyncpg
 import pytest
 
 from rxmesh import MeshNode
-from rxmesh.aio import first_value
 from rxmesh.exceptions import StoreError
 from rxmesh.faults import is_store_unreachable, is_write_outcome_unknown
 from rxmesh.providers.postgres import PostgresStore
@@ -57,7 +56,7 @@ async def bouncer(cluster: TemporaryPostgresCluster) -> AsyncIterator[TemporaryP
 
 async def _write_error(store: PostgresStore, path: str) -> Exception:
     with pytest.raises(Exception) as failed:
-        await first_value(store.write(doc(path)), timeout=WAIT)
+        await asyncio.wait_for(store.write(doc(path)), WAIT)
     return failed.value
 
 
@@ -80,7 +79,7 @@ async def test_a_write_the_pooler_refused_before_any_server_was_reached_wrote_no
     await store.start()
     stopped = False
     try:
-        await first_value(store.write(doc("pr/seed")), timeout=WAIT)
+        await asyncio.wait_for(store.write(doc("pr/seed")), WAIT)
         direct = await asyncpg.connect(cluster.dsn, timeout=5)
         try:
             locker = direct.transaction()

@@ -83,7 +83,7 @@ async def test_every_shape_of_a_query_reads_what_it_matches_in_path_order(
 ) -> None:
     async with started(pg_dsn, prefix) as store:
         for path, kind in (("p/b", "T"), ("p/ab", None), ("p/a/b", "T"), ("p/a", None)):
-            await store.awrite(MeshNode(path=path, node_type=kind, content={}, version=1))
+            await store.write(MeshNode(path=path, node_type=kind, content={}, version=1))
         nodes = await store._select(query)
         assert [n.path for n in nodes] == expected
         assert all(query.matches(n) for n in nodes)

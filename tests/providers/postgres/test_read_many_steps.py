@@ -1,4 +1,4 @@
-"""``PostgresStore.aread_many`` checks a long list of paths a loop step at a time (issue 16, item
+"""``PostgresStore.read_many`` checks a long list of paths a loop step at a time (issue 16, item
 5): the mesh's bulk reads its 10,000 paths this way on every attempt of its retry ladder, and the
 checks (about 1 us a path) were one step of 10-17 ms each. Counted in loop turns, not time."""
 
@@ -33,7 +33,7 @@ async def _paths_per_turn(pg_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPa
             original(path, **options)  # type: ignore[arg-type]
 
         monkeypatch.setattr(reads, "validate_path", noting)
-        found = await asyncio.wait_for(store.aread_many([f"p/n{i:05d}" for i in range(10_000)]), 10)
+        found = await asyncio.wait_for(store.read_many([f"p/n{i:05d}" for i in range(10_000)]), 10)
     assert found == {}
     return turns.most_in_one_turn()
 

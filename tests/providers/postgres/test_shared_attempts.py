@@ -41,7 +41,7 @@ async def prefix(pg_dsn: str) -> AsyncIterator[str]:
 
 
 async def _reads(store: object, paths: list[str]) -> list[BaseException | MeshNode | None]:
-    aread = store.aread  # type: ignore[attr-defined]
+    aread = store.read  # type: ignore[attr-defined]
     async with asyncio.timeout(BOUND):
         return list(await asyncio.gather(*(aread(p) for p in paths), return_exceptions=True))
 
@@ -55,7 +55,7 @@ async def test_operations_waiting_in_an_outage_share_one_connection_attempt(
     async with started(
         proxy.dsn(pg_dsn), prefix, min_size=0, max_size=4, connect_timeout=0.5
     ) as store:
-        await store.awrite(MeshNode(path="p/warm", version=1))
+        await store.write(MeshNode(path="p/warm", version=1))
         proxy.stall()  # connections are accepted and never answered: each attempt is counted
         proxy.reset()  # the pooled connection dies; the pool must connect again
         async with asyncio.timeout(BOUND):
@@ -63,7 +63,7 @@ async def test_operations_waiting_in_an_outage_share_one_connection_attempt(
             # dead connection instead: 08003).
             for _ in range(2):
                 with pytest.raises(Exception) as first:  # classified below
-                    await store.aread("p/first")
+                    await store.read("p/first")
                 assert is_transient_connect_fault(first.value)
         accepted = proxy.connections_accepted
         outcomes = await _reads(store, [f"p/r{i}" for i in range(CALLERS)])
@@ -100,7 +100,7 @@ async def test_with_the_store_reachable_each_operation_takes_its_own_connection(
     """The negative control: nothing is serialised while the store answers; concurrent reads
     open connections in parallel (the pool grows to its maximum at once)."""
     async with started(proxy.dsn(pg_dsn), prefix, min_size=0, max_size=4) as store:
-        await store.awrite(MeshNode(path="p/warm", version=1))
+        await store.write(MeshNode(path="p/warm", version=1))
         accepted = proxy.connections_accepted
         proxy.stall()
         reads = asyncio.ensure_future(_reads(store, ["p/warm"] * CALLERS))

@@ -142,7 +142,7 @@ async def test_target_session_attrs_read_write_skips_a_standby_listed_first(
         assert store.name == (
             f"postgres@127.0.0.1:{standby.port},127.0.0.1:{primary.port}/postgres"
         )
-        written = await first_value(store.write(doc("tsa/a")), timeout=WAIT)
+        written = await asyncio.wait_for(store.write(doc("tsa/a")), WAIT)
         assert written.path == "tsa/a"
         assert store.statistics().target_session_attrs == "read-write"
         conn = await asyncpg.connect(primary.dsn, timeout=5)
@@ -208,7 +208,7 @@ async def test_a_write_that_reaches_a_standby_in_a_failover_is_unavailable_then_
             assert answer.recorded_for_reissue is True
             assert len(read_journal(journal)) == 1
             with pytest.raises(StoreError) as refused:
-                await first_value(store.write(doc("fo/direct")), timeout=WAIT)
+                await asyncio.wait_for(store.write(doc("fo/direct")), WAIT)
             assert is_store_unreachable(refused.value)
             assert not is_write_outcome_unknown(refused.value)
             assert "target_session_attrs='read-write' (a standby" in str(refused.value)
@@ -301,12 +301,12 @@ async def test_the_pool_leaves_a_standby_when_the_address_leads_back_to_the_prim
                 assert answer.outcome_unknown is False
             if attrs == "any":
                 # Reads answer on a standby: they leave its connections in the pool.
-                await asyncio.gather(*(first_value(store.read(f"{part}/seed")) for _ in range(3)))
+                await asyncio.gather(*(store.read(f"{part}/seed") for _ in range(3)))
             else:
                 # By default no connection to it is opened: a read is refused as unreachable
                 # rather than answered from a standby.
                 with pytest.raises(StoreError) as read_refused:
-                    await first_value(store.read(f"{part}/seed"), timeout=WAIT)
+                    await asyncio.wait_for(store.read(f"{part}/seed"), WAIT)
                 assert is_store_unreachable(read_refused.value)
                 assert read_refused.value.sqlstate == "08001"
             assert collected.got == []  # nothing re-issued while the address leads to a standby

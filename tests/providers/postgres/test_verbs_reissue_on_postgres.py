@@ -111,11 +111,11 @@ async def restarted(
         assert len(ledger.pending()) == 1  # loaded, waiting for evidence (loading is not)
         collected = Outcomes(ledger)
         if newer_write:  # while this process was away, another one updated the node: version 2
-            await other.aupdate(doc("p/a", v="newer"), None, None, "another-process")
+            await other.update(doc("p/a", v="newer"), None, None, "another-process")
         # The store's verified start is the evidence: the mesh re-issues as it is built.
         mesh = Mesh(store, retry_delays=LADDER, ledger=ledger)
         (outcome,) = await collected.wait(1, timeout=20)
-        rows = {n.path: n for n in (await first_value(store.read_many(["p/a", "p/z"]))).values()}
+        rows = {n.path: n for n in (await store.read_many(["p/a", "p/z"])).values()}
         mesh.dispose()
         ledger.close()
         assert PendingWriteLedger(journal).pending() == ()  # settled, also on disk
@@ -157,11 +157,11 @@ async def test_negative_control_without_the_version_check_the_newer_write_is_los
 ) -> None:
     """The mutant: the mesh skips its check and the statements get no basis."""
     monkeypatch.setattr(verbs_module, "_check", lambda *args: None)
-    for name in ("aupdate", "adelete", "amove"):
+    for name in ("update", "delete", "move"):
         original = getattr(PostgresStore, name)
 
         def without_basis(self: PostgresStore, *args: Any, _original: Any = original) -> Any:
-            arity = 2 if _original.__name__ == "amove" else 1
+            arity = 2 if _original.__name__ == "move" else 1
             positional = [*args[:arity], None, None, *args[arity + 2 :]]
             return _original(self, *positional)
 

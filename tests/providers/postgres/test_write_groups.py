@@ -1,5 +1,5 @@
 """Concurrent creates of one partition commit as ONE statement when every lane is busy
-(``PostgresStore.awrite`` through :class:`rxmesh.providers.postgres._groups.WriteGroups`; issue 15).
+(``PostgresStore.write`` through :class:`rxmesh.providers.postgres._groups.WriteGroups`; issue 15).
 
 Which creates share a group is made certain, not timed: two lone creates are held on row locks
 of uncommitted rows of another connection (an ``INSERT ... ON CONFLICT`` waits for the
@@ -80,9 +80,9 @@ async def _physical_order(conn: asyncpg.Connection, table: str) -> list[str]:
 async def _busy_lanes(pg_dsn: str, store: PostgresStore) -> tuple[asyncpg.Connection, list[
         asyncio.Task[MeshNode]]]:  # fmt: skip
     """Both lanes of partition ``g`` held by lone creates waiting on another transaction."""
-    await store.awrite(_node("g/seed"))  # the partition's table exists
+    await store.write(_node("g/seed"))  # the partition's table exists
     holder = await _hold(pg_dsn, store._table("g"), "g/lane1", "g/lane2")
-    lanes = [asyncio.create_task(store.awrite(_node(f"g/lane{i}"))) for i in (1, 2)]
+    lanes = [asyncio.create_task(store.write(_node(f"g/lane{i}"))) for i in (1, 2)]
     await _waiting_on_locks(holder, f"INSERT INTO%{store.schema_of('g')}%VALUES%", 2)
     return holder, lanes
 
@@ -97,7 +97,7 @@ async def test_creates_waiting_behind_busy_lanes_commit_as_one_transaction(
     async with started(pg_dsn, prefix, max_size=6) as store:
         holder, lanes = await _busy_lanes(pg_dsn, store)
         members = [
-            asyncio.create_task(store.awrite(_node(f"g/m{i:02d}"))) for i in reversed(range(20))
+            asyncio.create_task(store.write(_node(f"g/m{i:02d}"))) for i in reversed(range(20))
         ]
         for _ in range(5):
             await asyncio.sleep(0)
@@ -128,7 +128,7 @@ async def test_with_grouping_off_creates_behind_blocked_ones_go_at_once_each_on_
     transaction (the negative control of the grouping, on the same set-up)."""
     async with started(pg_dsn, prefix, max_size=8, group_creates=False) as store:
         holder, lanes = await _busy_lanes(pg_dsn, store)
-        members = [asyncio.create_task(store.awrite(_node(f"g/m{i:02d}"))) for i in range(5)]
+        members = [asyncio.create_task(store.write(_node(f"g/m{i:02d}"))) for i in range(5)]
         written = await asyncio.wait_for(asyncio.gather(*members), WAIT)  # not held back
         assert not any(lane.done() for lane in lanes)  # while the two still wait on the lock
         await holder.execute("ROLLBACK")
@@ -149,7 +149,7 @@ async def test_creates_one_after_another_are_one_transaction_each(pg_dsn: str, p
     forms, and rows written one by one in reverse order lie in that order."""
     async with started(pg_dsn, prefix) as store:
         for i in reversed(range(5)):
-            await store.awrite(_node(f"g/m{i:02d}"))
+            await store.write(_node(f"g/m{i:02d}"))
         conn = await asyncpg.connect(pg_dsn)
         try:
             assert await _transactions(conn, store._table("g"), "g/m%") == 5
@@ -165,13 +165,13 @@ async def test_a_taken_path_in_a_group_is_decided_alone_and_the_rest_land(
     pg_dsn: str, prefix: str
 ) -> None:
     async with started(pg_dsn, prefix, max_size=6) as store:
-        await store.awrite(_node("g/theirs", request_id="other"))
-        await store.awrite(_node("g/landed-before", request_id="r-again"))
+        await store.write(_node("g/theirs", request_id="other"))
+        await store.write(_node("g/landed-before", request_id="r-again"))
         holder, lanes = await _busy_lanes(pg_dsn, store)
         members = {
-            "conflict": asyncio.create_task(store.awrite(_node("g/theirs", request_id="r1"))),
-            "again": asyncio.create_task(store.awrite(_node("g/landed-before", "r-again"))),
-            "free": asyncio.create_task(store.awrite(_node("g/free", request_id="r3"))),
+            "conflict": asyncio.create_task(store.write(_node("g/theirs", request_id="r1"))),
+            "again": asyncio.create_task(store.write(_node("g/landed-before", "r-again"))),
+            "free": asyncio.create_task(store.write(_node("g/free", request_id="r3"))),
         }
         for _ in range(5):
             await asyncio.sleep(0)
@@ -186,7 +186,7 @@ async def test_a_taken_path_in_a_group_is_decided_alone_and_the_rest_land(
         free = await asyncio.wait_for(members["free"], WAIT)
         assert free.path == "g/free"
         assert store.statistics().write_groups == 1
-        theirs = await store.aread("g/theirs")
+        theirs = await store.read("g/theirs")
         assert theirs is not None and theirs.request_id == "other"  # never overwritten
 
 
@@ -201,9 +201,9 @@ async def test_a_row_the_server_refuses_is_its_own_members_answer_and_the_rest_l
         holder, lanes = await _busy_lanes(pg_dsn, store)
         bad = MeshNode(path="g/nan", content={"x": float("nan")}, version=1, request_id="r-nan")
         members = [
-            asyncio.create_task(store.awrite(_node("g/m00"))),
-            asyncio.create_task(store.awrite(bad)),
-            asyncio.create_task(store.awrite(_node("g/m01"))),
+            asyncio.create_task(store.write(_node("g/m00"))),
+            asyncio.create_task(store.write(bad)),
+            asyncio.create_task(store.write(_node("g/m01"))),
         ]
         for _ in range(5):
             await asyncio.sleep(0)
@@ -217,8 +217,8 @@ async def test_a_row_the_server_refuses_is_its_own_members_answer_and_the_rest_l
         assert isinstance(refused, asyncpg.InvalidTextRepresentationError), refused
         assert isinstance(first, MeshNode) and first.path == "g/m00"
         assert isinstance(last, MeshNode) and last.path == "g/m01"
-        assert await store.aread("g/nan") is None
-        assert await store.aread("g/m00") is not None and await store.aread("g/m01") is not None
+        assert await store.read("g/nan") is None
+        assert await store.read("g/m00") is not None and await store.read("g/m01") is not None
 
 
 async def test_a_group_cut_mid_statement_fails_every_member_and_writes_none(
@@ -227,7 +227,7 @@ async def test_a_group_cut_mid_statement_fails_every_member_and_writes_none(
     async with started(pg_dsn, prefix, max_size=6) as store:
         holder, lanes = await _busy_lanes(pg_dsn, store)
         blocker = await _hold(pg_dsn, store._table("g"), "g/m00")  # the group waits on it
-        members = [asyncio.create_task(store.awrite(_node(f"g/m{i:02d}"))) for i in range(5)]
+        members = [asyncio.create_task(store.write(_node(f"g/m{i:02d}"))) for i in range(5)]
         for _ in range(5):
             await asyncio.sleep(0)
         await holder.execute("ROLLBACK")
@@ -250,9 +250,9 @@ async def test_a_group_cut_mid_statement_fails_every_member_and_writes_none(
         assert len({id(error) for error in errors}) == 1  # one statement, one outcome
         assert is_write_outcome_unknown(errors[0])  # the one rule: a cut mid-statement
         for i in range(5):
-            assert await store.aread(f"g/m{i:02d}") is None  # rolled back: none landed
+            assert await store.read(f"g/m{i:02d}") is None  # rolled back: none landed
         # the store goes on: the next create goes alone and lands
-        assert (await store.awrite(_node("g/after"))).path == "g/after"
+        assert (await store.write(_node("g/after"))).path == "g/after"
 
 
 async def test_a_group_goes_through_a_transaction_pooler(
@@ -263,7 +263,7 @@ async def test_a_group_goes_through_a_transaction_pooler(
     async with started(pgbouncer_dsn, prefix, listen_dsn=pg_dsn, max_size=6) as store:
         assert store.pooled is True
         holder, lanes = await _busy_lanes(pg_dsn, store)
-        members = [asyncio.create_task(store.awrite(_node(f"g/m{i:02d}"))) for i in range(10)]
+        members = [asyncio.create_task(store.write(_node(f"g/m{i:02d}"))) for i in range(10)]
         for _ in range(5):
             await asyncio.sleep(0)
         await holder.execute("ROLLBACK")

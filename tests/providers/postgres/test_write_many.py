@@ -116,7 +116,7 @@ async def test_rows_written_one_by_one_are_one_transaction_each(
     """Negative control of the xmin measure above: separate writes are separate transactions."""
     async with started(pg_dsn, prefix) as store:
         for node in _nodes("w", 3):
-            await first_value(store.write(node), timeout=WAIT)
+            await asyncio.wait_for(store.write(node), WAIT)
         assert await _transactions(conn, _table(store, "w")) == [1, 1, 1]
 
 
@@ -142,7 +142,7 @@ async def test_a_taken_path_lands_the_rest_of_its_window_and_is_never_overwritte
 
         subscription = store.changes.subscribe(on_change)
         try:
-            await first_value(store.write(theirs), timeout=WAIT)
+            await asyncio.wait_for(store.write(theirs), WAIT)
             async with asyncio.timeout(WAIT):
                 await seeded.wait()
             nodes = _nodes("w", 2000)
@@ -152,13 +152,13 @@ async def test_a_taken_path_lands_the_rest_of_its_window_and_is_never_overwritte
             assert [p for w in windows for p in w.paths] == expected
             # Any announcement the bulk made (a stray one of the taken row included) comes
             # before the one of a row committed after it.
-            await first_value(store.write(MeshNode(path=marker, version=1)), timeout=WAIT)
+            await asyncio.wait_for(store.write(MeshNode(path=marker, version=1)), WAIT)
             async with asyncio.timeout(WAIT):
                 await marked.wait()
         finally:
             subscription.dispose()
         assert sorted({c.path for c in changes}) == expected  # the taken row is not announced
-        kept = await first_value(store.read("w/n00500"), timeout=WAIT)
+        kept = await asyncio.wait_for(store.read("w/n00500"), WAIT)
         assert kept == theirs
         table = _table(store, "w")
         assert await conn.fetchval(f"SELECT count(*) FROM {table}") == 2000
@@ -175,7 +175,7 @@ async def test_a_path_twice_in_one_window_lands_once_with_its_first_content(
         second = MeshNode(path="w/twice", content="second", version=1, request_id="mine")
         windows = await _windows(store, [first, _node("w/other"), second], 10)
         assert {p for w in windows for p in w.paths} == {"w/twice", "w/other"}
-        stored = await first_value(store.read("w/twice"), timeout=WAIT)
+        stored = await asyncio.wait_for(store.read("w/twice"), WAIT)
         assert stored is not None
         assert stored.content == {"p": "w/twice"}
 
@@ -219,7 +219,7 @@ async def test_a_bulk_write_through_a_transaction_pooler_lands_and_skips_taken_r
         again = await _windows(store, _nodes("w", 2200, request_id="later"), 1000)
         assert [len(w.paths) for w in again] == [0, 500, 200]
         assert again[1].paths[0] == "w/n01500"
-        row = await first_value(store.read("w/n00001"), timeout=WAIT)
+        row = await asyncio.wait_for(store.read("w/n00001"), WAIT)
         assert row is not None
         assert row.request_id == "mine"
     finally:
@@ -246,10 +246,10 @@ async def test_bulk_written_contents_read_back_as_single_writes_do(
         await _windows(store, bulk, 2)
         for i, content in enumerate(contents):
             single = MeshNode(path=f"s/n{i}", node_type="Doc", content=content, version=1)
-            await first_value(store.write(single), timeout=WAIT)
+            await asyncio.wait_for(store.write(single), WAIT)
         for i in range(len(contents)):
-            from_bulk = await first_value(store.read(f"b/n{i}"), timeout=WAIT)
-            from_single = await first_value(store.read(f"s/n{i}"), timeout=WAIT)
+            from_bulk = await asyncio.wait_for(store.read(f"b/n{i}"), WAIT)
+            from_single = await asyncio.wait_for(store.read(f"s/n{i}"), WAIT)
             assert from_bulk is not None and from_single is not None
             assert from_bulk.content == from_single.content  # jsonb's own form, both ways
 
