@@ -36,9 +36,9 @@ def test_numbers_are_canonical_and_never_equal_booleans_or_strings() -> None:
 
 def test_double_negation_and_operators() -> None:
     assert not_(not_(A)) == A
-    assert (A & B) == and_(A, B)
-    assert (A | B) == or_(A, B)
-    assert ~A == not_(A)
+    assert and_(A, B) == (A & B)
+    assert or_(A, B) == (A | B)
+    assert not_(A) == ~A
 
 
 def test_equal_filters_are_one_query_key() -> None:
