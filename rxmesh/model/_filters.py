@@ -12,6 +12,7 @@ before any store sees it and two equal filters compare and hash equal (they key 
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import unicodedata
@@ -268,6 +269,17 @@ class Filter:
     depth: int = dc_field(default=1, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not (
+            isinstance(self.path, tuple)
+            and isinstance(self.terms, tuple)
+            and isinstance(self.values, tuple)
+            and all(isinstance(v, tuple) and len(v) == 2 for v in self.values)
+        ):
+            raise _refuse(
+                f"{self.op}: path, values and terms are tuples (values of (kind, value) pairs)"
+            )
+        if self.op not in _COMPARISONS | _CONNECTIVES | {"in", "is_null", "contains", "startswith"}:
+            raise _refuse(f"unknown operation {_shown(self.op)}")
         if self.op in _CONNECTIVES:
             wanted = (1, 1) if self.op == "not" else (2, MAX_FILTER_TERMS)
             if not wanted[0] <= len(self.terms) <= wanted[1] or self.path or self.values:
@@ -286,8 +298,6 @@ class Filter:
             return
         if self.terms or not self.path:
             raise _refuse(f"{self.op} takes a field path and no filters")
-        if not isinstance(self.path, tuple):
-            raise _refuse(f"{self.op}: the path {_shown(self.path)} is not a tuple of segments")
         _check_segments(self.path, shown=repr(self.path))
         counts = {"is_null": (0, 0), "in": (1, MAX_FILTER_IN_VALUES)}.get(self.op, (1, 1))
         if not counts[0] <= len(self.values) <= counts[1]:
@@ -411,9 +421,10 @@ class field:
         name = ".".join(self.path)
         if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
             raise _refuse(f"in_ on {name!r}: {_shown(values)} is not a list of values")
-        items = list(values)
+        # Never more than one value past the limit is read: an endless iterable is refused too.
+        items = list(itertools.islice(values, MAX_FILTER_IN_VALUES + 1))
         if len(items) > MAX_FILTER_IN_VALUES:
-            raise _refuse(f"in_ on {name!r}: {len(items)} values; at most {MAX_FILTER_IN_VALUES}")
+            raise _refuse(f"in_ on {name!r}: more than {MAX_FILTER_IN_VALUES} values")
         if not items:
             raise _refuse(f"in_ on {name!r}: no values")
         tagged: dict[tuple[str, object], TaggedValue] = {}

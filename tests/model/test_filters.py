@@ -3,6 +3,8 @@ at construction with an error naming the input (each refusal beside an accepted 
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from rxmesh.exceptions import NodeValidationError
@@ -111,8 +113,11 @@ def test_evaluation(where: Filter, content: object, answer: bool) -> None:
         (lambda: field("a").eq("x\x00"), "NUL"),
         (lambda: field("a").eq("\udc00"), "surrogate"),
         (lambda: field("a").lt(True), "booleans are not ordered"),
-        (lambda: field("a").in_(range(MAX_FILTER_IN_VALUES + 1)), "101 values"),
+        (lambda: field("a").in_(range(MAX_FILTER_IN_VALUES + 1)), "more than 100 values"),
         (lambda: field("a").in_("abc"), "'abc'"),
+        (lambda: field("a").in_(itertools.count()), "more than 100 values"),
+        (lambda: Filter("like", ("a",), (("string", "x"),)), "'like'"),
+        (lambda: Filter("eq", ("a",), [("number", 1)]), "tuples"),
         (lambda: or_(*[field("x").eq(i) for i in range(10_000)]), "10000 filters"),
         (lambda: and_(), "no filters"),
         (lambda: and_(A, "x"), "'x'"),
