@@ -227,7 +227,7 @@ def test_what_users_do_not_need_is_not_exported(name: str) -> None:
 # --------------------------------------------------------------------------------------------------
 # the size of the surface, and every public name in the reference
 
-PUBLIC_NAME_LIMIT = 179
+PUBLIC_NAME_LIMIT = 184
 """Distinct names in the ``__all__`` of every public module, the top level's included; a name
 re-exported by several modules counts once. docs/reference.md ("What is public") gives the rule."""
 

@@ -15,7 +15,8 @@ bounded length without NUL, lone surrogates or control characters. Fields of a s
 surrogates) and over-long text, so an existing row always reads back.
 
 The layout: this module holds the models; ``_rules`` the path, identity and content rules they
-and the other layers check.
+and the other layers check; ``_filters`` the content filters of a :class:`NodeQuery` (the language,
+its canonical form and its Python evaluator).
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    InstanceOf,
     JsonValue,
     StringConstraints,
     WithJsonSchema,
 )
 
+from rxmesh.model._filters import Filter, and_, field, not_, or_
 from rxmesh.model._rules import (
     MAX_CONTENT_BYTES as MAX_CONTENT_BYTES,
 )
@@ -86,11 +89,16 @@ from rxmesh.model._rules import (
 
 __all__ = [
     "AccessContext",
+    "Filter",
     "FrameKind",
     "MeshNode",
     "NodeChange",
     "NodeQuery",
     "QueryFrame",
+    "and_",
+    "field",
+    "not_",
+    "or_",
     "validate_content",
     "validate_path",
 ]
@@ -218,9 +226,12 @@ class AccessContext(BaseModel):
 
 
 class NodeQuery(BaseModel):
-    """A query for nodes: every node under ``path_prefix`` (optionally of one ``node_type``).
+    """A query for nodes: every node under ``path_prefix`` (optionally of one ``node_type``,
+    optionally only those whose content satisfies ``where``).
 
-    Frozen and hashable, so it keys the synced-query cache.
+    Frozen and hashable, so it keys the synced-query cache; a :class:`Filter` is in canonical form,
+    so two queries with equal filters are one key. Build ``where`` with :func:`field`,
+    :func:`and_`, :func:`or_` and :func:`not_` (docs/live-queries.md, "Content filters").
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -228,6 +239,7 @@ class NodeQuery(BaseModel):
     partition: str | None = None
     path_prefix: str = ""
     node_type: str | None = None
+    where: InstanceOf[Filter] | None = None
 
     def matches(self, node: MeshNode) -> bool:
         """Whether ``node`` belongs to this query's result."""
@@ -236,7 +248,9 @@ class NodeQuery(BaseModel):
         prefix = self.path_prefix.rstrip("/")
         if prefix and not (node.path == prefix or node.path.startswith(prefix + "/")):
             return False
-        return self.node_type is None or node.node_type == self.node_type
+        if self.node_type is not None and node.node_type != self.node_type:
+            return False
+        return self.where is None or self.where.matches(node.content)
 
 
 class FrameKind(StrEnum):

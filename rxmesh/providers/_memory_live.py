@@ -1,5 +1,8 @@
 """The embedded store's live queries: an Initial frame, then a Delta per matching commit.
 
+A node belongs to the view while :meth:`rxmesh.model.NodeQuery.matches` holds (its content filter
+included): an update that makes it match enters it, one that makes it stop matching removes it.
+
 Private to :mod:`rxmesh.providers.memory` (kept apart so each module stays small): the store
 hands its commit subject, a snapshot function and a counter hook.
 """
@@ -34,23 +37,20 @@ def live_query(
         backlog: list[tuple[NodeChange, ...]] | None = []
 
         def apply(batch: tuple[NodeChange, ...]) -> None:
-            upserts: dict[str, MeshNode] = {}
-            removed: list[str] = []
+            # The Delta says what the batch did to the view as a whole: a node that entered and
+            # left within one batch was never seen, so it is not removed.
+            was_in_view: dict[str, bool] = {}
             for change in batch:
+                was_in_view.setdefault(change.path, change.path in view)
                 node = change.node
                 if change.op == "upsert" and node is not None and query.matches(node):
-                    view[node.path] = node
-                    upserts[node.path] = node
-                    if node.path in removed:
-                        removed.remove(node.path)
-                elif change.path in view:
-                    del view[change.path]
-                    upserts.pop(change.path, None)
-                    removed.append(change.path)
+                    view[change.path] = node
+                else:
+                    view.pop(change.path, None)
+            upserts = [view[path] for path in was_in_view if path in view]
+            removed = [path for path, was in was_in_view.items() if was and path not in view]
             if upserts or removed:
-                observer.on_next(
-                    QueryFrame.delta(list(upserts.values()), removed, provider=provider)
-                )
+                observer.on_next(QueryFrame.delta(upserts, removed, provider=provider))
 
         def on_commit(batch: tuple[NodeChange, ...]) -> None:
             if backlog is not None:

@@ -348,7 +348,8 @@ class InMemoryStore(MemoryVerbs):
     def query(self, query: NodeQuery) -> Observable[QueryFrame]:
         """An Initial frame (every match, ordered by path), then one Delta per commit that
         changes the result (rows now matching in ``nodes``, rows no longer matching in
-        ``removed``). A move inside the result is one Delta. Never completes by itself."""
+        ``removed``; a match includes the query's content filter, ``where``). A move inside the
+        result is one Delta. Never completes by itself."""
         return live_query(
             query,
             commits=self._commits,

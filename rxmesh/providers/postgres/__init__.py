@@ -13,7 +13,8 @@ one way: down this list, never up it.
 - ``_connections``: the pool, every store call's acquire, run and release, the dedicated
   connections; ``_attempts``: one connection attempt at a time while the store is away;
 - ``_errors``: the one mapping of driver and network failures to
-  :class:`~rxmesh.exceptions.StoreError`, a pure function; ``_rows``: rows as nodes and back.
+  :class:`~rxmesh.exceptions.StoreError`, a pure function; ``_rows``: rows as nodes and back;
+  ``_filters``: a content filter compiled to SQL over ``content`` (a pure function).
 """
 
 from rxmesh.exceptions import ChangeFeedUnverifiedError as ChangeFeedUnverifiedError
