@@ -355,7 +355,7 @@ class PendingWritesCheck:
     journal's directory was deleted or moved away (it does not come back by itself: restart the
     process with a journal directory that exists). DEGRADED with the same wording while the
     journal's durable step is stuck (a disk or file system that does not answer: a record was
-    answered NOT recorded for it, or it is older than the ledger's ``durable_timeout``, and no
+    answered not recorded for it, or it is older than the ledger's ``durable_timeout``, and no
     step has returned since); DEGRADED "PENDING WRITES: N write(s) answered
     UNAVAILABLE wait for the store to answer again" while intents wait for their re-issue;
     otherwise HEALTHY. Register it as a readiness check.

@@ -74,7 +74,7 @@ class JetStreamLedger(JetStreamLeases):
     refused with :class:`PendingWriteHeldError`), hostile entries quarantined — and adds owners:
     a replica re-issues only the intents it owns, and takes over those of a replica whose lease
     lapsed (compare-and-set: exactly one replica wins each). When JetStream cannot be reached, a
-    record raises :class:`JournalError`: the answer says the intent was NOT recorded.
+    record raises :class:`JournalError`: the answer says the intent was not recorded.
 
     Intents taken over are re-issued at once if this replica's store has answered since it last
     answered UNAVAILABLE (it re-issued on evidence and recorded nothing since), else on its next
@@ -114,7 +114,7 @@ class JetStreamLedger(JetStreamLeases):
                 (default: host, pid and a random suffix). A restarted replica may reuse its
                 name to keep its intents.
             lease_ttl: seconds without a lease renewal after which a replica counts as dead.
-            timeout: how long a record waits for JetStream's ack before it counts as NOT
+            timeout: how long a record waits for JetStream's ack before it counts as not
                 recorded.
             client: a connected ``nats.aio.client.Client`` to use (the caller closes it).
             clock: a monotonic clock in seconds (leases are judged on it).
@@ -296,7 +296,7 @@ class JetStreamLedger(JetStreamLeases):
         Raises:
             PendingWriteHeldError: another requester's intent for the key is outstanding.
             JournalError: JetStream did not acknowledge it within ``timeout`` (unreachable, no
-                quorum), it cannot be encoded, or the ledger is closed: NOT recorded.
+                quorum), it cannot be encoded, or the ledger is closed: not recorded.
         """
         self._answering = False  # recorded because this replica's store did not answer
         if self._closed:
@@ -327,7 +327,7 @@ class JetStreamLedger(JetStreamLeases):
 
         Raises:
             JournalError: called on the ledger's own loop (use :meth:`record_durably`), or
-                NOT recorded (see :meth:`record_durably`).
+                not recorded (see :meth:`record_durably`).
         """
         try:
             running = asyncio.get_running_loop()

@@ -168,7 +168,7 @@ class Schemas:
         and the lock ends with it: nothing can be left held on a server connection the pooler
         hands to someone else):
 
-        1. lock; create the schema unless a catalog QUERY finds it. Not ``CREATE SCHEMA IF NOT
+        1. lock; create the schema unless a catalog query finds it. Not ``CREATE SCHEMA IF NOT
            EXISTS``: its existence check reads the backend's catalog cache, which an advisory
            lock does not refresh, so a waiter that had cached "no such schema" (a read before
            the partition existed) would miss the schema its predecessor committed while it
