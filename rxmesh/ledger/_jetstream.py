@@ -195,15 +195,22 @@ class JetStreamLedger(JetStreamLeases):
                 if asyncio.get_running_loop().time() > deadline:
                     raise
                 await asyncio.sleep(0.1)
-        try:
-            self._watcher = await self._kv.watch(">")
-        except JournalError:
-            raise
-        except Exception as exc:
-            raise JournalError(
-                f"cannot watch the JetStream pending-write journal {self._bucket!r}: {exc}",
-                path=self._bucket,
-            ) from exc
+        # Opening the watch creates a consumer, which a cluster's meta leader must answer: while
+        # several replicas open at once it may not answer within one request's timeout. Still
+        # connecting, nothing written: tried again, within a bound of its own.
+        deadline = asyncio.get_running_loop().time() + max(10.0, self._timeout * 5)
+        while True:
+            try:
+                self._watcher = await self._kv.watch(">")
+                break
+            except Exception as exc:
+                if asyncio.get_running_loop().time() <= deadline:
+                    await asyncio.sleep(0.1)
+                    continue
+                raise JournalError(
+                    f"cannot watch the JetStream pending-write journal {self._bucket!r}: {exc}",
+                    path=self._bucket,
+                ) from exc
         self._watching = asyncio.create_task(self._watch())
         async with asyncio.timeout(max(30.0, self._timeout * 10)):
             await self._initial.wait()

@@ -411,3 +411,31 @@ async def test_restore_puts_a_taken_intent_back(open_ledger: Callable[..., Any])
     (again,) = a.take_all()
     assert a.settle_if_outstanding(again, PendingWriteOutcome(intent=again, verdict=Verdict.LANDED))
     assert a.pending() == () and a.in_flight() == ()
+
+
+async def test_a_watch_the_cluster_does_not_answer_at_once_is_opened_again(
+    open_ledger: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening the watch creates a consumer; while several replicas open at once a cluster's
+    meta leader may not answer one request in time (nats: timeout). Still connecting: tried
+    again within a bound, and the journal opens with what the bucket holds. Fails at feecd32,
+    where the first timeout ended connect() with a JournalError (seen in a three-replica start
+    under load)."""
+    from nats.errors import TimeoutError as NatsTimeout
+    from nats.js.kv import KeyValue
+
+    first: JetStreamLedger = await open_ledger("a")
+    assert await first.record_durably(intent("w/a", "r1")) is True
+    real = KeyValue.watch
+    refused: list[int] = []
+
+    async def slow_twice(self: KeyValue, *args: Any, **kwargs: Any) -> Any:
+        if len(refused) < 2:
+            refused.append(1)
+            raise NatsTimeout
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(KeyValue, "watch", slow_twice)
+    second: JetStreamLedger = await open_ledger("b")
+    assert len(refused) == 2
+    assert "w/a" in second.shared()  # the watch, opened at the third try, loaded the bucket
