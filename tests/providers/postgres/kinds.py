@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from rxmesh.model import MeshNode
 from rxmesh.providers import Store
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
@@ -118,3 +119,21 @@ async def pgbouncer_pair(request: pytest.FixtureRequest) -> AsyncIterator[tuple[
             yield first, second
     finally:
         await drop_schemas(dsn, prefix)
+
+
+FAST = (0.01, 0.01, 0.01)
+"""A retry ladder of the real shape with no real waiting, for meshes over a real server."""
+
+QUICK = {
+    "connect_timeout": 1.0,
+    "command_timeout": 2.0,
+    "heartbeat_interval": 0.1,
+    "heartbeat_timeout": 1.0,
+    "reconnect_backoff": (0.05, 0.1, 0.2),
+}
+"""PostgresStore options for tests that take a route down and back: short bounds, fast probes."""
+
+
+def doc(path: str) -> MeshNode:
+    """A node whose content names its path (the rows are checked against it afterwards)."""
+    return MeshNode(path=path, node_type="Doc", content={"p": path})

@@ -20,7 +20,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from rxmesh import CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh import CreateNodeRequest, Mesh, RejectionReason, Verdict
 from rxmesh.aio import first_value
 from rxmesh.health import ChangeFeedCheck
 from rxmesh.ledger import PendingWrite, PendingWriteLedger
@@ -28,22 +28,11 @@ from rxmesh.model import NodeChange
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
 from tests.helpers import ALICE, Outcomes
+from tests.providers.postgres.kinds import FAST, QUICK, doc
 
 pytestmark = pytest.mark.postgres
 
-FAST = (0.01, 0.01, 0.01)
 WAIT = 10.0
-QUICK = {
-    "connect_timeout": 1.0,
-    "command_timeout": 2.0,
-    "heartbeat_interval": 0.1,
-    "heartbeat_timeout": 1.0,
-    "reconnect_backoff": (0.05, 0.1, 0.2),
-}
-
-
-def doc(path: str) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content={"p": path})
 
 
 def journaled(journal: Path, path: str) -> PendingWrite:

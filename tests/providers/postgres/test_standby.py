@@ -20,7 +20,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from rxmesh import CreateNodeRequest, Mesh, MeshNode, RejectionReason, Verdict
+from rxmesh import CreateNodeRequest, Mesh, RejectionReason, Verdict
 from rxmesh.aio import first_value
 from rxmesh.exceptions import StoreError
 from rxmesh.faults import is_store_unreachable, is_write_outcome_unknown
@@ -29,22 +29,11 @@ from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy, TemporaryPostgresCluster
 from tests.conftest import throwaway_cluster
 from tests.helpers import ALICE, Outcomes
+from tests.providers.postgres.kinds import FAST, QUICK, doc
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-FAST = (0.01, 0.01, 0.01)
 WAIT = 20.0
-QUICK = {
-    "connect_timeout": 1.0,
-    "command_timeout": 2.0,
-    "heartbeat_interval": 0.1,
-    "heartbeat_timeout": 1.0,
-    "reconnect_backoff": (0.05, 0.1, 0.2),
-}
-
-
-def doc(path: str) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content={"p": path})
 
 
 @pytest.fixture(scope="module")
