@@ -36,7 +36,7 @@ from loguru import logger
 from reactivex import Observable, abc
 
 from rxmesh._util.arguments import at_least
-from rxmesh._util.asgi import Receive, Scope, Send, serve_lifespan
+from rxmesh._util.asgi import Receive, Scope, Send, http_only
 from rxmesh.aio import iterate
 from rxmesh.faults import is_standing_watch_transient
 from rxmesh.model import QueryFrame
@@ -89,12 +89,8 @@ class EventStream:
         self._retry = retry
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "lifespan":
-            await serve_lifespan(receive, send)
+        if not await http_only(scope, receive, send, "event stream"):
             return
-        if kind != "http":
-            raise ValueError(f"the event stream serves HTTP only, not {kind!r}")
         if scope.get("method", "GET") != "GET":
             body = b"method not allowed"
             headers = [(b"allow", b"GET"), (b"content-length", str(len(body)).encode())]

@@ -22,3 +22,16 @@ async def serve_lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+async def http_only(scope: Scope, receive: Receive, send: Send, app: str) -> bool:
+    """Whether ``scope`` is an HTTP request for ``app`` to answer: a lifespan is served here
+    (``False``), and any other protocol is a ``ValueError`` naming ``app`` (the server mounted it
+    where it does not belong)."""
+    kind = scope["type"]
+    if kind == "lifespan":
+        await serve_lifespan(receive, send)
+        return False
+    if kind != "http":
+        raise ValueError(f"the {app} serves HTTP only, not {kind!r}")
+    return True

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from rxmesh._util.asgi import Receive, Scope, Send, serve_lifespan
+from rxmesh._util.asgi import Receive, Scope, Send, http_only
 from rxmesh.health._checks import (
     ChangeFeedCheck,
     LiveRecordCensusCheck,
@@ -235,12 +235,8 @@ class HealthApp:
         return (last,) if last in _PROBE_SEGMENTS else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "lifespan":
-            await serve_lifespan(receive, send)
+        if not await http_only(scope, receive, send, "health app"):
             return
-        if kind != "http":
-            raise ValueError(f"the health app serves HTTP only, not {kind!r}")
         method = scope.get("method", "GET")
         if method not in {"GET", "HEAD"}:
             await _respond(send, 405, b'{"error":"method not allowed"}', allow=True)
