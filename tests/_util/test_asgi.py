@@ -1,4 +1,4 @@
-"""The ASGI preamble rxmesh's apps share: a lifespan served, HTTP handed on, anything else refused."""
+"""The ASGI preamble rxmesh's apps share: a lifespan served, HTTP handed on, the rest refused."""
 
 from __future__ import annotations
 
