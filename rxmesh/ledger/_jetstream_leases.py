@@ -9,7 +9,6 @@ lapses at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 
 from loguru import logger
@@ -129,8 +128,14 @@ class JetStreamLeases(JetStreamDebts):
                 except KeyWrongLastSequenceError:
                     # Another replica claimed it first (or it was settled or replaced): see
                     # what it is now, so the next tick does not try again.
-                    with contextlib.suppress(JournalError):  # unread: the next tick tries
+                    try:
                         await self._refresh(key)
+                    except JournalError as exc:  # unread: the next tick tries again
+                        logger.bind(path=key).warning(
+                            "could not read the pending write for {} after losing its claim: {}",
+                            key,
+                            exc,
+                        )
                     return
                 except Exception as exc:  # noqa: BLE001 - the next tick claims it again
                     logger.bind(path=key).warning(

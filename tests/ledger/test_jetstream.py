@@ -23,6 +23,7 @@ from rxmesh.ledger import (
 from rxmesh.ledger._jetstream_entries import key_token as _token
 from rxmesh.model import MeshNode
 from rxmesh.operations import Verdict
+from tests.helpers import until
 
 pytest.importorskip("nats")
 
@@ -41,12 +42,6 @@ def intent(path: str, request_id: str, requester: str = "alice") -> PendingWrite
     return PendingWrite(
         node=MeshNode(path=path, created_by=requester), requester=requester, request_id=request_id
     )
-
-
-async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
-    async with asyncio.timeout(within):
-        while not condition():  # noqa: ASYNC110 - the watch's pace, bounded above
-            await asyncio.sleep(0.01)
 
 
 @pytest.fixture

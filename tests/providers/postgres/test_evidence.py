@@ -13,8 +13,6 @@ straight to it (``listen_dsn``), as behind a pooler.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 import asyncpg
@@ -27,7 +25,7 @@ from rxmesh.ledger import PendingWrite, PendingWriteLedger
 from rxmesh.model import NodeChange
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultProxy
-from tests.helpers import ALICE, Outcomes
+from tests.helpers import ALICE, Outcomes, until
 from tests.providers.postgres.kinds import FAST, QUICK, doc
 
 pytestmark = pytest.mark.postgres
@@ -46,12 +44,6 @@ def journaled(journal: Path, path: str) -> PendingWrite:
     finally:
         ledger.close()
     return intent
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    async with asyncio.timeout(WAIT):
-        while not condition():  # noqa: ASYNC110 - a condition of the store's own pace
-            await asyncio.sleep(0.01)
 
 
 async def foreign_commit(pg_dsn: str, store: PostgresStore, path: str) -> None:
@@ -124,7 +116,7 @@ async def test_no_start_evidence_while_the_pool_does_not_answer(
         try:
             proxy.refuse()
             proxy.reset()
-            await until(lambda: store.feed_statistics().probes_unsent > 0, "a probe unsent")
+            await until(lambda: store.feed_statistics().probes_unsent > 0, within=WAIT)
             journal = tmp_path / "journal"
             journaled(journal, "vs/held")
             mesh = Mesh(store, retry_delays=FAST, ledger=PendingWriteLedger(journal))
@@ -181,7 +173,7 @@ async def test_an_announced_commit_waits_for_the_pool_to_answer(
             assert answer.rejection_reason is RejectionReason.UNAVAILABLE, answer
             assert answer.recorded_for_reissue
             await foreign_commit(pg_dsn, store, "ev/foreign-2")
-            await until(lambda: any(c.path == "ev/foreign-2" for c in heard), "the commit heard")
+            await until(lambda: any(c.path == "ev/foreign-2" for c in heard), within=WAIT)
             # Heard and announced, but the pool does not answer: nothing re-issued.
             assert mesh.recovery is not None and mesh.recovery.reissuing == 0
             assert [p.node.path for p in mesh.ledger.pending()] == ["ev/lost"]
