@@ -93,11 +93,45 @@ def _compile(term: Filter, params: _Params) -> str:
     return _atom(term, params)
 
 
+def _integer(segment: str) -> bool:
+    """Whether ``segment`` parses as an integer (Python's ``int`` accepts every spelling
+    PostgreSQL's array index does: signs, leading zeros, surrounding blanks)."""
+    try:
+        int(segment)
+    except ValueError:
+        return False
+    return True
+
+
+def _containment(term: Filter) -> str | None:
+    """The jsonb document ``content`` contains whenever ``term`` (an equality) holds, as text;
+    ``None`` for any other term, or a path whose segment ``#>`` could read as an array index
+    (containment would look for an object key there)."""
+    if term.op != "eq" or any(map(_integer, term.path)):
+        return None
+    document: object = term.values[0][1]
+    for segment in reversed(term.path):
+        document = {segment: document}
+    return _json_text(document)
+
+
 def to_sql(where: Filter, first_param_index: int) -> tuple[str, list[object]]:
     """The SQL boolean expression over ``content`` equal to ``where.matches(content)``, and its
     parameters (numbered from ``$first_param_index``; a field path used twice is one parameter).
+
+    Each equality the whole filter requires (the filter itself, or a term of its top-level
+    ``and``) is also written as ``content @> $n::jsonb``: implied by the exact test, so the meaning
+    is unchanged, but a clause a GIN index on ``content`` (``jsonb_path_ops``) can answer, which a
+    ``COALESCE`` around a typed comparison never is.
     """
     if first_param_index < 1:
         raise ValueError(f"first_param_index {first_param_index} is below 1")
     params = _Params(first_param_index)
-    return _compile(where, params), params.values
+    exact = _compile(where, params)
+    required = where.terms if where.op == "and" else (where,)
+    hints = [
+        f"content @> {params.add(document)}::text::jsonb"
+        for document in map(_containment, required)
+        if document is not None
+    ]
+    return " AND ".join([*hints, exact]) if hints else exact, params.values

@@ -9,14 +9,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import asyncpg
-import reactivex
 from loguru import logger
 from reactivex import Observable, abc
 from reactivex.disposable import CompositeDisposable
 
 from rxmesh._util.path_order import PathOrdered, path_ordered
 from rxmesh.aio import from_async
-from rxmesh.exceptions import NodeValidationError
 from rxmesh.model import FrameKind, MeshNode, NodeChange, NodeQuery, QueryFrame
 from rxmesh.providers.postgres._feed import ChangeFeed, Outlasted
 from rxmesh.providers.postgres._reads import Reads
@@ -216,17 +214,10 @@ class LiveQueries(Reads):
         store) and emits the difference as one Delta (nothing if nothing changed). Changes that
         arrive while a (re-)query runs are applied after it, de-duplicated by value.
 
-        A query with a content filter (``where``) ends at once with
-        :class:`~rxmesh.exceptions.NodeValidationError`: this store does not evaluate filters in
-        its Initial yet, and a view filtered only on its deltas would be wrong.
+        A content filter (``where``) is evaluated by the server in the Initial and every
+        re-select, and on every delta by :meth:`~rxmesh.model.NodeQuery.matches`, with the same
+        meaning: a node that stops matching leaves the view, one that starts matching enters.
         """
-        if query.where is not None:
-            return reactivex.throw(
-                NodeValidationError(
-                    f"store '{self._name}' does not evaluate NodeQuery.where yet (content "
-                    f"filters run on the embedded store): where={query.where}"
-                )
-            )
 
         def subscribe(
             observer: abc.ObserverBase[QueryFrame], scheduler: abc.SchedulerBase | None = None

@@ -10,9 +10,10 @@ from collections.abc import Awaitable, Callable, Sequence
 import asyncpg
 
 from rxmesh._util.path_order import PathOrdered, strictly_ascending
-from rxmesh.model import MeshNode, NodeQuery, partition_of, validate_path
+from rxmesh.model import Filter, MeshNode, NodeQuery, partition_of, validate_path
 from rxmesh.providers.postgres._connections import Connection, Connections
 from rxmesh.providers.postgres._errors import MISSING_SCHEMA
+from rxmesh.providers.postgres._filters import to_sql
 from rxmesh.providers.postgres._rows import _BUILD_CHUNK, _node_from_row, _stored_nodes_of
 from rxmesh.providers.postgres._schema import _COLUMNS, _LIVE_COLUMNS, _LIVE_SETTINGS, Schemas
 
@@ -67,9 +68,12 @@ async def _read_ahead(
         rows = await ahead if ahead is not None else []
 
 
-def _query_statement(table: str, prefix: str, node_type: str | None) -> tuple[str, list[str]]:
+def _query_statement(
+    table: str, prefix: str, node_type: str | None, where: Filter | None = None
+) -> tuple[str, list[object]]:
     """The SELECT of a live query's rows, ordered by path, and its arguments: one statement per
-    shape of the query, with no condition that a parameter switches off.
+    shape of the query (a content filter's shape included: its values are parameters), with no
+    condition that a parameter switches off.
 
     A pooled connection keeps its prepared statements, and after five executions PostgreSQL may
     plan one generically, for any parameters. ``($1 = '' OR path = $1 OR ...)`` was planned, for
@@ -79,15 +83,19 @@ def _query_statement(table: str, prefix: str, node_type: str | None) -> tuple[st
     here has one plan whatever its parameters.
     """
     conditions: list[str] = []
-    args: list[str] = []
+    args: list[object] = []
     if prefix:
         args.append(prefix)
         conditions.append(f"(path = ${len(args)} OR starts_with(path, ${len(args)} || '/'))")
     if node_type is not None:
         args.append(node_type)
         conditions.append(f"node_type = ${len(args)}")
-    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-    return f"SELECT {_LIVE_COLUMNS} FROM {table}{where} ORDER BY path", args
+    if where is not None:
+        condition, values = to_sql(where, len(args) + 1)
+        args.extend(values)
+        conditions.append(condition)
+    clause = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    return f"SELECT {_LIVE_COLUMNS} FROM {table}{clause} ORDER BY path", args
 
 
 class Reads:
@@ -191,7 +199,7 @@ class Reads:
                     async with conn.transaction():  # a cursor lives in a transaction
                         await conn.execute(_LIVE_SETTINGS)
                         sql, args = _query_statement(
-                            self._schemas.table(partition), prefix, query.node_type
+                            self._schemas.table(partition), prefix, query.node_type, query.where
                         )
                         cursor = await conn.cursor(sql, *args)
                         await _read_ahead(cursor, partition, each)

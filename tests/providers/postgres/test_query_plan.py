@@ -87,22 +87,3 @@ async def test_every_shape_of_a_query_reads_what_it_matches_in_path_order(
         nodes = await store._select(query)
         assert [n.path for n in nodes] == expected
         assert all(query.matches(n) for n in nodes)
-
-
-async def test_a_content_filter_is_refused_until_the_initial_evaluates_it(
-    pg_dsn: str, prefix: str
-) -> None:
-    """A query with ``where`` ends at once with a NodeValidationError naming the filter: the
-    Initial would hold every row while the deltas were filtered. Negative control: the same
-    query without ``where`` answers its Initial."""
-    from rxmesh.exceptions import NodeValidationError
-    from rxmesh.model import field
-
-    async with started(pg_dsn, prefix) as store:
-        await store.write(MeshNode(path="f/a", content={"n": 1}, version=1))
-        plain = await first_value(store.query(NodeQuery(partition="f")), timeout=10)
-        assert [node.path for node in plain.nodes] == ["f/a"]
-        with pytest.raises(NodeValidationError, match=r"does not evaluate NodeQuery\.where"):
-            await first_value(
-                store.query(NodeQuery(partition="f", where=field("n").gt(0))), timeout=10
-            )
