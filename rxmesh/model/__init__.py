@@ -265,6 +265,13 @@ class QueryFrame(BaseModel):
 
     ``silent_providers`` names providers whose Initial was not a real answer (completed without
     one, or flagged ``snapshot_incomplete``); such a frame is delivered but never cached.
+
+    ``resume_token`` is where the view stands after this frame in its store's change order
+    (opaque text; ``None`` where no single store's position applies, e.g. a merge of several
+    stores). A stream opened with ``resume_from=<token>`` answers first with either a Delta of
+    what changed since (``resumed``: apply it to the view the token was taken from) or, when the
+    store can no longer tell (the token too old, from another store), an Initial marked
+    ``reset`` (replace what you hold). docs/live-queries.md, "Resume tokens".
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -275,6 +282,9 @@ class QueryFrame(BaseModel):
     silent_providers: tuple[str, ...] = ()
     snapshot_incomplete: bool = False
     provider: str | None = None
+    resume_token: str | None = None
+    resumed: bool = False
+    reset: bool = False
 
     @classmethod
     def initial(

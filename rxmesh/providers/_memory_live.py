@@ -27,6 +27,7 @@ def live_query(
     snapshot: Callable[[NodeQuery], list[MeshNode]],
     opened: Callable[[int], None],
     provider: str,
+    reset: bool = False,
 ) -> Observable[QueryFrame]:
     """See :meth:`rxmesh.providers.InMemoryStore.query`."""
 
@@ -68,7 +69,8 @@ def live_query(
             return Disposable()
         opened(1)
         view.update((node.path, node) for node in rows)
-        observer.on_next(QueryFrame.initial(rows, provider=provider))
+        initial = QueryFrame.initial(rows, provider=provider)
+        observer.on_next(initial.model_copy(update={"reset": True}) if reset else initial)
         pending: list[tuple[NodeChange, ...]] = backlog or []
         backlog = None
         for batch in pending:

@@ -122,8 +122,11 @@ class Store(Protocol):
         """
         ...
 
-    def query(self, query: NodeQuery) -> Observable[QueryFrame]:
-        """One Initial frame (every match), then a Delta per committed change that matches."""
+    def query(self, query: NodeQuery, resume_from: str | None = None) -> Observable[QueryFrame]:
+        """One Initial frame (every match), then a Delta per committed change that matches;
+        every frame carries its ``resume_token``. With ``resume_from`` (a token this store
+        gave), the first frame is a Delta of what changed since (``resumed``), or an Initial
+        marked ``reset`` when the store cannot tell any more."""
         ...
 
     @property

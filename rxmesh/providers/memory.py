@@ -345,13 +345,15 @@ class InMemoryStore(MemoryVerbs):
         with self._lock:
             self._live_queries += delta
 
-    def query(self, query: NodeQuery) -> Observable[QueryFrame]:
+    def query(self, query: NodeQuery, resume_from: str | None = None) -> Observable[QueryFrame]:
         """An Initial frame (every match, ordered by path), then one Delta per commit that
         changes the result (rows now matching in ``nodes``, rows no longer matching in
         ``removed``; a match includes the query's content filter, ``where``). A move inside the
-        result is one Delta. Never completes by itself."""
+        result is one Delta. Never completes by itself. ``resume_from``: the Initial is marked
+        ``reset`` (this store keeps no change history to resume from)."""
         return live_query(
             query,
+            reset=resume_from is not None,
             commits=self._commits,
             snapshot=self._snapshot,
             opened=self._live_query_opened,

@@ -46,9 +46,11 @@ def subscribe_live_query(
     scheduler: abc.SchedulerBase | None,
     death: Death | None,
     stalled: bool,
+    resume_from: str | None = None,
 ) -> abc.DisposableBase:
-    """Stream ``store.inner``'s ``query`` to ``observer``: die as ``death`` says, hold the start
-    while ``stalled``, gate the deltas, re-read (diffed) after every gap."""
+    """Stream ``store.inner``'s ``query`` (resumed from ``resume_from``, if given) to
+    ``observer``: die as ``death`` says, hold the start while ``stalled``, gate the deltas,
+    re-read (diffed) after every gap."""
     upstream = SerialDisposable()
     gap_watch = SerialDisposable()
     sink, leave = store._gate.join()
@@ -116,7 +118,7 @@ def subscribe_live_query(
         if state.dead or subscription.is_disposed:
             return
         gap_watch.disposable = store.gaps.subscribe(resync, scheduler=scheduler)
-        upstream.disposable = store.inner.query(query).subscribe(
+        upstream.disposable = store.inner.query(query, resume_from).subscribe(
             on_frame, on_error, observer.on_completed, scheduler=scheduler
         )
 
@@ -141,9 +143,11 @@ def _take_death(store: FaultInjectingStore, query: NodeQuery) -> Death | None:
     return death
 
 
-def live_query(store: FaultInjectingStore, query: NodeQuery) -> Observable[QueryFrame]:
-    """``store.query(query)``: each subscription is decided (refused, doomed, stalled or
-    forwarded) and logged, then streamed by :func:`subscribe_live_query`."""
+def live_query(
+    store: FaultInjectingStore, query: NodeQuery, resume_from: str | None = None
+) -> Observable[QueryFrame]:
+    """``store.query(query, resume_from)``: each subscription is decided (refused, doomed,
+    stalled or forwarded) and logged, then streamed by :func:`subscribe_live_query`."""
 
     def subscribe(
         observer: abc.ObserverBase[QueryFrame], scheduler: abc.SchedulerBase | None = None
@@ -161,6 +165,8 @@ def live_query(store: FaultInjectingStore, query: NodeQuery) -> Observable[Query
             observer.on_error(error)
             return Disposable()
 
-        return subscribe_live_query(store, query, observer, scheduler, death, stalled)
+        return subscribe_live_query(
+            store, query, observer, scheduler, death, stalled, resume_from
+        )
 
     return Observable(subscribe)

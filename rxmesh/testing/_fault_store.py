@@ -390,8 +390,8 @@ class FaultInjectingStore:
 
     # -- live queries -------------------------------------------------------------------------
 
-    def query(self, query: NodeQuery) -> Observable[QueryFrame]:
-        """The inner query, with stalls, mid-stream deaths, the feed gate on its deltas, and a
-        re-read (diffed) after every gap."""
+    def query(self, query: NodeQuery, resume_from: str | None = None) -> Observable[QueryFrame]:
+        """The inner query (resumed from ``resume_from``, if given), with stalls, mid-stream
+        deaths, the feed gate on its deltas, and a re-read (diffed) after every gap."""
 
-        return live_query(self, query)
+        return live_query(self, query, resume_from)

@@ -204,7 +204,7 @@ class LiveQueries(Reads):
         """A gap's re-select of ``query``: its rows to ``each``, batch by batch, in path order."""
         await self._select_batches(query, each)
 
-    def query(self, query: NodeQuery) -> Observable[QueryFrame]:
+    def query(self, query: NodeQuery, resume_from: str | None = None) -> Observable[QueryFrame]:
         """One Initial frame, then a Delta per batch of matching committed changes.
 
         Changes that arrive together (the rows of one notification batch, or whatever is queued
@@ -251,7 +251,10 @@ class LiveQueries(Reads):
 
             async def follow() -> None:
                 nodes = await self._select(query)
-                observer.on_next(_initial_frame(nodes, self._name))
+                initial = _initial_frame(nodes, self._name)
+                if resume_from is not None:
+                    initial = initial.model_copy(update={"reset": True})
+                observer.on_next(initial)
                 # The subscriber's turn first: this query's index of its rows (a pass over all
                 # of them) is its own bookkeeping, needed at the first change.
                 await asyncio.sleep(0)
