@@ -18,6 +18,7 @@ from rxmesh.faults import is_standing_watch_transient
 from rxmesh.model import ChangeFeedGap, MeshNode, NodeQuery, QueryFrame
 from rxmesh.providers import postgres
 from rxmesh.providers.postgres import _reads
+from rxmesh.providers.postgres._positions import Position
 from tests.live.test_postgres_live import _gap
 from tests.providers.conftest import Recorder
 from tests.providers.postgres.kinds import started
@@ -80,11 +81,11 @@ async def test_a_gap_re_select_never_holds_more_than_a_few_batches(
         select = store._select_batches
         counting = False
 
-        async def counted(query: NodeQuery, each: Any) -> None:
+        async def counted(query: NodeQuery, each: Any) -> Any:
             async def tracked(partition: str, rows: list[asyncpg.Record]) -> None:
                 await each(partition, _Batch(rows) if counting else rows)
 
-            await select(query, tracked)
+            return await select(query, tracked)
 
         monkeypatch.setattr(store, "_select_batches", counted)
         async with _subscribed(store, 199) as (gaps, recorders):
@@ -114,7 +115,7 @@ async def test_a_subscription_leaving_mid_re_select_cancels_it_and_the_pool_stay
         gaps: Recorder[ChangeFeedGap] = Recorder(store.gaps)
         frames: Recorder[QueryFrame] = Recorder(store.query(QUERY))
 
-        async def leaving(query: NodeQuery, each: Any) -> None:
+        async def leaving(query: NodeQuery, each: Any) -> Any:
             async def counted(partition: str, rows: list[asyncpg.Record]) -> None:
                 nonlocal batches
                 batches += 1
@@ -123,12 +124,13 @@ async def test_a_subscription_leaving_mid_re_select_cancels_it_and_the_pool_stay
                 await each(partition, rows)
 
             try:
-                await select(query, counted)
+                position = await select(query, counted)
             except BaseException as error:
                 ended.append(error)
                 raise
             else:
                 ended.append(None)
+                return position
             finally:
                 read_ended.set()
 
@@ -162,7 +164,7 @@ async def test_a_re_select_whose_connection_is_killed_fails_every_subscription_a
         select = store._reselect_rows
         kill = True
 
-        async def killed(query: NodeQuery, each: Any) -> None:
+        async def killed(query: NodeQuery, each: Any) -> Any:
             batches = 0
 
             async def counted(partition: str, rows: list[asyncpg.Record]) -> None:
@@ -181,7 +183,7 @@ async def test_a_re_select_whose_connection_is_killed_fails_every_subscription_a
                         await conn.close()
                 await each(partition, rows)
 
-            await select(query, counted)
+            return await select(query, counted)
 
         monkeypatch.setattr(store, "_reselect_rows", killed)
         async with _subscribed(store, 199) as (gaps, recorders):
@@ -214,7 +216,7 @@ class _Rows:
         self.reads: list[asyncio.Queue[list[Any] | BaseException | None]] = []
         self.cancelled = 0
 
-    async def __call__(self, query: NodeQuery, each: Any) -> None:
+    async def __call__(self, query: NodeQuery, each: Any) -> Position:
         feed: asyncio.Queue[list[Any] | BaseException | None] = asyncio.Queue()
         self.reads.append(feed)
         try:
@@ -225,6 +227,14 @@ class _Rows:
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
+        return POSITION
+
+
+async def _untold(query: NodeQuery, since: Position) -> None:
+    """What changed since a position, for a store that cannot tell (the re-select runs)."""
+
+
+POSITION = Position("x", 1, 1, frozenset())
 
 
 def _row(path: str) -> tuple[Any, ...]:
@@ -237,6 +247,7 @@ async def store(monkeypatch: pytest.MonkeyPatch) -> Any:
     made = postgres.PostgresStore("postgresql://127.0.0.1:1/none", schema_prefix="rxg_")
     rows = _Rows()
     monkeypatch.setattr(made, "_reselect_rows", rows)
+    monkeypatch.setattr(made, "_changes_since", _untold)
     made.rows = rows
     yield made
     await made.close()
@@ -256,7 +267,7 @@ async def _drain(reader: Any) -> list[str]:
 
 
 async def test_subscriptions_joined_before_the_first_batch_share_one_read(store: Any) -> None:
-    first, second = store._reselect(QUERY, 0), store._reselect(QUERY, 0)
+    first, second = store._reselect(QUERY, 0, POSITION), store._reselect(QUERY, 0, POSITION)
     await _turns()
     assert len(store.rows.reads) == 1
     (feed,) = store.rows.reads
@@ -270,19 +281,19 @@ async def test_subscriptions_joined_before_the_first_batch_share_one_read(store:
 
 async def test_a_later_gap_is_never_served_by_an_earlier_read(store: Any) -> None:
     """The control of sharing: a read begun before gap 2 was declared cannot answer it."""
-    store._reselect(QUERY, 0)
+    store._reselect(QUERY, 0, POSITION)
     store._feed.book.gaps = 2
-    store._reselect(QUERY, 2)
+    store._reselect(QUERY, 2, POSITION)
     await _turns()
     assert len(store.rows.reads) == 2
 
 
 async def test_a_subscription_after_the_first_batch_reads_on_its_own(store: Any) -> None:
-    early = store._reselect(QUERY, 0)
+    early = store._reselect(QUERY, 0, POSITION)
     await _turns()
     store.rows.reads[0].put_nowait([_row("p/a")])
     await _turns()
-    late = store._reselect(QUERY, 0)  # p/a already went out: joining would miss it
+    late = store._reselect(QUERY, 0, POSITION)  # p/a already went out: joining would miss it
     await _turns()
     assert len(store.rows.reads) == 2
     store.rows.reads[0].put_nowait([_row("p/b")])
@@ -294,7 +305,7 @@ async def test_a_subscription_after_the_first_batch_reads_on_its_own(store: Any)
 
 
 async def test_the_reads_error_reaches_every_reader_after_its_batches(store: Any) -> None:
-    readers = [store._reselect(QUERY, 0) for _ in range(2)]
+    readers = [store._reselect(QUERY, 0, POSITION) for _ in range(2)]
     await _turns()
     (feed,) = store.rows.reads
     error = ConnectionResetError("the server went away")
@@ -309,7 +320,7 @@ async def test_the_reads_error_reaches_every_reader_after_its_batches(store: Any
 
 
 async def test_one_reader_leaving_keeps_the_read_and_the_last_cancels_it(store: Any) -> None:
-    first, second = store._reselect(QUERY, 0), store._reselect(QUERY, 0)
+    first, second = store._reselect(QUERY, 0, POSITION), store._reselect(QUERY, 0, POSITION)
     await _turns()
     first.leave()
     await _turns()
@@ -327,10 +338,10 @@ async def test_a_subscription_coming_as_the_last_one_left_gets_a_read_of_its_own
 ) -> None:
     """The read the last reader left is cancelled: one joining in the same turn (before that
     read has ended) must not be handed its cancellation."""
-    first = store._reselect(QUERY, 0)
+    first = store._reselect(QUERY, 0, POSITION)
     await _turns()  # its read has begun
     first.leave()
-    reader = store._reselect(QUERY, 0)
+    reader = store._reselect(QUERY, 0, POSITION)
     await _turns()
     assert store.rows.cancelled == 1
     assert len(store.rows.reads) == 2
@@ -340,7 +351,7 @@ async def test_a_subscription_coming_as_the_last_one_left_gets_a_read_of_its_own
 
 
 async def test_closing_the_store_cancels_the_read_and_its_readers_hear_it(store: Any) -> None:
-    reader = store._reselect(QUERY, 0)
+    reader = store._reselect(QUERY, 0, POSITION)
     await _turns()
     await store.close()
     await _turns()  # close() cancels the read; it ends on the next turns

@@ -176,13 +176,14 @@ async def test_the_store_hands_on_its_initial_before_indexing_it(
             await asyncio.wait_for(store.write(MeshNode(path=path, version=1)), 10)
         rows = _CountedRows()
         rows.passes = []
-        select = store._select
+        select = store._select_at
 
-        async def counted(query: NodeQuery) -> list[MeshNode]:
-            rows[:] = await select(query)
-            return rows
+        async def counted(query: NodeQuery) -> tuple[list[MeshNode], Any]:
+            nodes, position = await select(query)
+            rows[:] = nodes
+            return rows, position
 
-        monkeypatch.setattr(store, "_select", counted)
+        monkeypatch.setattr(store, "_select_at", counted)
         frames: asyncio.Queue[QueryFrame] = asyncio.Queue()
         at_delivery: list[list[int]] = []
 

@@ -80,7 +80,15 @@ async def test_changes_that_do_not_arrive_together_stay_separate_deltas(
 
 
 async def _gap(store: PostgresStore, dsn: str, gaps: Recorder[ChangeFeedGap], missed: str) -> None:
-    """Terminate the listener, insert ``missed`` while it is away, wait for the gap."""
+    """Terminate the listener, insert ``missed`` while it is away, wait for the gap.
+
+    The partition's horizon is moved past every position first, so the live queries cannot
+    read what changed since theirs and recover by the shared re-select these tests are about
+    (tests/providers/postgres/test_resume.py has the recovery by position)."""
+    await _sql(
+        dsn,
+        f'UPDATE "{store.schema_of("p")}".horizon SET pruned_through = pg_current_xact_id()',
+    )
     pid = store.feed_backend_pid
     assert pid is not None
     await _sql(dsn, "SELECT pg_terminate_backend($1)", pid)
@@ -102,9 +110,9 @@ async def test_subscriptions_of_one_store_share_one_re_select_per_query_at_a_gap
         selects: list[NodeQuery] = []
         select = store._reselect_rows
 
-        async def counting(query: NodeQuery, each: Any) -> None:
+        async def counting(query: NodeQuery, each: Any) -> Any:
             selects.append(query)
-            await select(query, each)
+            return await select(query, each)
 
         monkeypatch.setattr(store, "_reselect_rows", counting)
         same, other = NodeQuery(partition="p"), NodeQuery(partition="p", node_type=None)

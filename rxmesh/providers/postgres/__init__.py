@@ -4,7 +4,8 @@ This package is the only part of rxmesh that imports asyncpg. Its modules, each 
 one way: down this list, never up it.
 
 - ``_store``: :class:`PostgresStore`, the facade (options, start and close, statistics);
-- ``_live`` (live queries, gap re-selects), ``_reads``, ``_writes`` (creates, bulk windows,
+- ``_live`` (live queries, their resumes and gap recovery), ``_changes`` (what changed since a
+  position), ``_reads``, ``_writes`` (creates, bulk windows,
   compare-and-set verbs; ``_groups``: concurrent creates of a partition as one statement);
 - ``_feed``: the change feed, owning its dispatcher (``_dispatch``), its listener
   (``_listener``), the evidence it holds back (``_evidence``), its hot streams (``_streams``)
@@ -14,7 +15,8 @@ one way: down this list, never up it.
   connections; ``_attempts``: one connection attempt at a time while the store is away;
 - ``_errors``: the one mapping of driver and network failures to
   :class:`~rxmesh.exceptions.StoreError`, a pure function; ``_rows``: rows as nodes and back;
-  ``_filters``: a content filter compiled to SQL over ``content`` (a pure function).
+  ``_filters``: a content filter compiled to SQL over ``content`` (a pure function);
+  ``_positions``: positions in the change order and the resume tokens that carry them.
 """
 
 from rxmesh.exceptions import ChangeFeedUnverifiedError as ChangeFeedUnverifiedError

@@ -14,10 +14,19 @@ from rxmesh.model import Filter, MeshNode, NodeQuery, partition_of, validate_pat
 from rxmesh.providers.postgres._connections import Connection, Connections
 from rxmesh.providers.postgres._errors import MISSING_SCHEMA
 from rxmesh.providers.postgres._filters import to_sql
+from rxmesh.providers.postgres._positions import Position
 from rxmesh.providers.postgres._rows import _BUILD_CHUNK, _node_from_row, _stored_nodes_of
 from rxmesh.providers.postgres._schema import _COLUMNS, _LIVE_COLUMNS, _LIVE_SETTINGS, Schemas
 
 __all__ = ["Reads"]
+
+_POSITION_NOW = (
+    "SELECT pg_current_snapshot()::text,"
+    " (SELECT system_identifier FROM pg_control_system())::text,"
+    " (SELECT oid FROM pg_database WHERE datname = current_database())::text"
+)
+"""A snapshot taken now, and the identity of the database it belongs to (the system's, the
+same on a promoted standby, and the database's)."""
 
 _VALIDATE_STEP = 2000
 """Paths of a read checked per loop step."""
@@ -98,6 +107,21 @@ def _query_statement(
     return f"SELECT {_LIVE_COLUMNS} FROM {table}{clause} ORDER BY path", args
 
 
+def _scope(query: NodeQuery) -> tuple[str, list[str] | None]:
+    """The path prefix of ``query`` (no trailing ``/``) and the partitions it can match
+    (``None``: every partition there is; checked partition names)."""
+    prefix = query.path_prefix.rstrip("/")
+    wanted: list[str] | None = None
+    if query.partition is not None:
+        wanted = [query.partition]
+    if prefix:
+        head = partition_of(prefix)
+        wanted = [] if wanted is not None and head not in wanted else [head]
+    for partition in wanted or ():
+        validate_path(partition, allow_reserved=False)
+    return prefix, wanted
+
+
 class Reads:
     """The reads of :class:`~rxmesh.providers.postgres.PostgresStore`."""
 
@@ -154,7 +178,30 @@ class Reads:
 
         return await self._connections.run(f"reading {len(paths)} path(s)", work)
 
+    _position_identity: str | None = None
+
+    async def _position_now(self, conn: Connection) -> Position:
+        """The position of a snapshot taken now, before the reads that follow it on ``conn``
+        (they see at least what it sees: a token for their result never skips a change)."""
+        row = await conn.fetchrow(_POSITION_NOW)
+        assert row is not None  # (a SELECT of constants has its one row)
+        snapshot, system, database = row
+        identity = f"{system}_{database}_{self._schemas.prefix}"
+        self._position_identity = identity
+        return Position.of(identity, snapshot)
+
+    async def _identity(self) -> str:
+        """This store's database identity (asked once)."""
+        if self._position_identity is None:
+            await self._connections.run("reading the store's position", self._position_now)
+        assert self._position_identity is not None
+        return self._position_identity
+
     async def _select(self, query: NodeQuery) -> list[MeshNode] | PathOrdered:
+        """:meth:`_select_at` without its position."""
+        return (await self._select_at(query))[0]
+
+    async def _select_at(self, query: NodeQuery) -> tuple[list[MeshNode] | PathOrdered, Position]:
         """The nodes matching ``query``, ordered by path: built batch by batch as the rows come,
         so a batch's records are gone before the next arrives (a 50k-row read never holds 50k
         records beside the nodes, and no single read of the socket decodes them all). They come
@@ -172,27 +219,19 @@ class Reads:
                     ascending = _paths_ascend(chunk, nodes[-1].path if nodes else None)
                 nodes.extend(_stored_nodes_of(chunk, partition, stamps_as_text=True))
 
-        await self._select_batches(query, build)
-        return PathOrdered.of_sorted(nodes) if ascending else nodes
+        position = await self._select_batches(query, build)
+        return (PathOrdered.of_sorted(nodes) if ascending else nodes), position
 
     async def _select_batches(
         self, query: NodeQuery, each: Callable[[str, list[asyncpg.Record]], Awaitable[None]]
-    ) -> None:
+    ) -> Position:
         """Hand ``each`` the rows matching ``query`` in :data:`_FETCH_BATCH`-row batches, ordered
-        by path, through a cursor per partition (one transaction, one snapshot, each)."""
-        prefix = query.path_prefix.rstrip("/")
-        wanted: list[str] | None = None
-        if query.partition is not None:
-            wanted = [query.partition]
-        if prefix:
-            head = partition_of(prefix)
-            if wanted is not None and head not in wanted:
-                return
-            wanted = [head]
-        for partition in wanted or ():
-            validate_path(partition, allow_reserved=False)
+        by path, through a cursor per partition (one transaction, one snapshot, each); the
+        position taken before the first of them."""
+        prefix, wanted = _scope(query)
 
-        async def work(conn: Connection) -> None:
+        async def work(conn: Connection) -> Position:
+            position = await self._position_now(conn)
             partitions = wanted if wanted is not None else await self._schemas.partitions(conn)
             for partition in partitions:
                 try:
@@ -205,5 +244,6 @@ class Reads:
                         await _read_ahead(cursor, partition, each)
                 except MISSING_SCHEMA:
                     continue
+            return position
 
-        await self._connections.run(f"querying {query!r}", work)
+        return await self._connections.run(f"querying {query!r}", work)

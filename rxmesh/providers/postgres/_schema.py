@@ -22,6 +22,7 @@ from rxmesh.providers.postgres._errors import MISSING_SCHEMA
 
 __all__ = [
     "DEFAULT_SCHEMA_PREFIX",
+    "DEFAULT_TOMBSTONE_RETENTION",
     "Schemas",
     "quote_identifier",
     "schema_for_partition",
@@ -31,6 +32,10 @@ T = TypeVar("T")
 
 DEFAULT_SCHEMA_PREFIX = "rxmesh_"
 """Schemas of partitions are named ``<prefix><partition>``."""
+DEFAULT_TOMBSTONE_RETENTION = 7 * 24 * 3600.0
+"""Seconds a deleted path's tombstone is kept: a resume token older than that (whose view may
+have held a path deleted since) is answered with a reset. A week covers a client offline over a
+weekend."""
 
 _PREFIX_RULE = re.compile(r"[a-z][a-z0-9_]{0,14}")
 _HELD_STAMP = (
@@ -140,13 +145,94 @@ def _notify_branch(rows: str, op: str, channel: str) -> str:
                         END LOOP;"""
 
 
+def _positions_sql(s: str, retention: float) -> str:
+    """What a resume needs in schema ``s`` (docs/live-queries.md, "Resume tokens"): the
+    transaction that last wrote each row (a table made before this column existed gets it
+    without a rewrite: a row written before any token was given is older than every token),
+    stamped by a trigger on update so a foreign writer's update counts too; a tombstone per
+    deleted path, with its transaction; and the horizon: the highest tombstone transaction
+    pruned (a token that may not have seen it answers a reset), and the retention."""
+    return f"""
+                DO $add$ BEGIN
+                    -- Altered only when the column is missing: an ALTER TABLE would wait for
+                    -- every open read of the table, and every query would wait behind it.
+                    IF NOT EXISTS (
+                        SELECT FROM pg_catalog.pg_attribute
+                        WHERE attrelid = '{s}.nodes'::regclass AND attname = 'changed_xid'
+                    ) THEN
+                        ALTER TABLE {s}.nodes ADD COLUMN changed_xid xid8;
+                        ALTER TABLE {s}.nodes
+                            ALTER COLUMN changed_xid SET DEFAULT pg_current_xact_id();
+                    END IF;
+                END $add$;
+                CREATE TABLE IF NOT EXISTS {s}.tombstones (
+                    path text PRIMARY KEY,
+                    deleted_xid xid8 NOT NULL,
+                    deleted_at timestamptz NOT NULL DEFAULT now()
+                );
+                CREATE TABLE IF NOT EXISTS {s}.horizon (
+                    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+                    created_xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+                    pruned_through xid8,
+                    pruned_at timestamptz NOT NULL DEFAULT now(),
+                    retention interval NOT NULL
+                );
+                INSERT INTO {s}.horizon (retention) VALUES (make_interval(secs => {retention!r}))
+                    ON CONFLICT (one) DO UPDATE SET retention = EXCLUDED.retention
+                    WHERE {s}.horizon.retention <> EXCLUDED.retention;
+                CREATE OR REPLACE FUNCTION {s}.rxmesh_stamp() RETURNS trigger
+                LANGUAGE plpgsql AS $fn$
+                BEGIN
+                    NEW.changed_xid := pg_current_xact_id();
+                    RETURN NEW;
+                END
+                $fn$;
+                CREATE OR REPLACE TRIGGER rxmesh_stamp BEFORE UPDATE ON {s}.nodes
+                    FOR EACH ROW EXECUTE FUNCTION {s}.rxmesh_stamp();
+                CREATE OR REPLACE FUNCTION {s}.rxmesh_tombstone() RETURNS trigger
+                LANGUAGE plpgsql AS $fn$
+                DECLARE
+                    horizon record;
+                BEGIN
+                    INSERT INTO {s}.tombstones AS t (path, deleted_xid)
+                        SELECT path, pg_current_xact_id() FROM old_rows
+                        ON CONFLICT (path) DO UPDATE
+                        SET deleted_xid = EXCLUDED.deleted_xid, deleted_at = now();
+                    -- Pruned by the deletions themselves, a sixteenth of the retention apart, by
+                    -- one transaction at a time, skipping tombstones another one holds: no
+                    -- timer, no wait, no deadlock between two deleting transactions.
+                    SELECT * INTO horizon FROM {s}.horizon;
+                    IF horizon.pruned_at < now() - horizon.retention / 16
+                        AND pg_try_advisory_xact_lock(hashtext(TG_TABLE_SCHEMA || '.prune'))
+                    THEN
+                        WITH gone AS (
+                            DELETE FROM {s}.tombstones WHERE path IN (
+                                SELECT path FROM {s}.tombstones
+                                WHERE deleted_at < now() - horizon.retention
+                                FOR UPDATE SKIP LOCKED)
+                            RETURNING deleted_xid)
+                        UPDATE {s}.horizon SET pruned_at = now(),
+                            pruned_through = GREATEST(pruned_through,
+                                                      (SELECT max(deleted_xid) FROM gone));
+                    END IF;
+                    RETURN NULL;
+                END
+                $fn$;
+                CREATE OR REPLACE TRIGGER rxmesh_tombstone AFTER DELETE ON {s}.nodes
+                    REFERENCING OLD TABLE AS old_rows
+                    FOR EACH STATEMENT EXECUTE FUNCTION {s}.rxmesh_tombstone();"""
+
+
 class Schemas:
     """The partitions' schemas of one store: their names, and which ones this process has made
     sure of (created, or found)."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, retention: float = DEFAULT_TOMBSTONE_RETENTION) -> None:
         if not _PREFIX_RULE.fullmatch(prefix):
             raise ValueError(f"schema_prefix {prefix!r} must match {_PREFIX_RULE.pattern}")
+        if not 0 < retention < float("inf"):
+            raise ValueError(f"tombstone_retention must be a positive number, not {retention!r}")
+        self.retention = float(retention)
         self.prefix = prefix
         self.channel = prefix + "changes"
         self.ensured: set[str] = set()
@@ -209,8 +295,10 @@ class Schemas:
                     created_by text,
                     created_at timestamptz,
                     version bigint NOT NULL DEFAULT 0,
-                    request_id text
+                    request_id text,
+                    changed_xid xid8 DEFAULT pg_current_xact_id()
                 );
+                {_positions_sql(s, self.retention)}
                 CREATE OR REPLACE FUNCTION {s}.rxmesh_notify() RETURNS trigger
                 LANGUAGE plpgsql AS $fn$
                 DECLARE

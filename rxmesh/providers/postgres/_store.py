@@ -23,7 +23,12 @@ from rxmesh.providers.postgres._feed import ChangeFeed
 from rxmesh.providers.postgres._groups import WriteGroups
 from rxmesh.providers.postgres._live import LiveQueries, _Reread
 from rxmesh.providers.postgres._pooler import detect_pooler
-from rxmesh.providers.postgres._schema import DEFAULT_SCHEMA_PREFIX, Schemas, schema_for_partition
+from rxmesh.providers.postgres._schema import (
+    DEFAULT_SCHEMA_PREFIX,
+    DEFAULT_TOMBSTONE_RETENTION,
+    Schemas,
+    schema_for_partition,
+)
 from rxmesh.providers.postgres._writes import _WRITE_LANES, Writes, _path_of, _size_of
 
 __all__ = [
@@ -133,6 +138,10 @@ class PostgresStore(LiveQueries, Writes):
             maintained; a live query opened while the loss lasts gets its Initial, then the
             same end. ``reopen_on_transient_fault`` re-opens it: a fresh read. Shorter losses
             end in a declared gap and a re-read instead (docs/live-queries.md).
+        tombstone_retention: seconds a deleted path's tombstone is kept in its partition, so a
+            resume token (``query(..., resume_from=token)``) can be told of the deletion; a
+            token older than that is answered with an Initial marked ``reset``. It is stored in
+            the partition when this store first writes there (the last store to do so sets it).
 
     Use ``async with PostgresStore(dsn) as store:`` or ``await store.start()`` /
     ``await store.close()``.
@@ -159,6 +168,7 @@ class PostgresStore(LiveQueries, Writes):
         target_session_attrs: str | None = None,
         group_creates: bool = True,
         feed_loss_bound: float = DEFAULT_FEED_LOSS_BOUND,
+        tombstone_retention: float = DEFAULT_TOMBSTONE_RETENTION,
     ) -> None:
         if not reconnect_backoff:
             raise ValueError("reconnect_backoff must not be empty")
@@ -169,7 +179,7 @@ class PostgresStore(LiveQueries, Writes):
                 f"target_session_attrs {target_session_attrs!r} must be one of "
                 f"{sorted(TARGET_SESSION_ATTRS)}"
             )
-        self._schemas = Schemas(schema_prefix)
+        self._schemas = Schemas(schema_prefix, tombstone_retention)
         self._name = name or dsn_name(dsn)
         self._connections = Connections(
             dsn,
