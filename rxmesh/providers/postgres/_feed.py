@@ -87,10 +87,11 @@ class ChangeFeed:
         self._changes = Hot(self.book, "changes")
         self._gaps = Hot(self.book, "gaps")
         self._expired = Hot(self.book, "live queries")
+        self._positions = Hot(self.book, "positions")
         self._listener = Listener(connections, channel, prefix, self.book)
         self._evidence = Evidence(name, connections.attempts, self.book, self._listening)
         self._dispatcher = Dispatcher(
-            name, prefix, self.book, self._listener, self._changes, self._evidence
+            name, prefix, self.book, self._listener, self._changes, self._evidence, self._positions
         )
         self._tasks: dict[Role, asyncio.Task[None]] = {}
         self._probe_instance = secrets.token_hex(8)
@@ -104,6 +105,18 @@ class ChangeFeed:
     @property
     def changes(self) -> Observable[NodeChange]:
         return self._changes.subject
+
+    @property
+    def positions(self) -> Observable[str]:
+        """Snapshots (their text) that every change published before them reaches (module
+        :mod:`._dispatch`): a live query that has applied those changes may give it as its
+        position."""
+        return self._positions.subject
+
+    @property
+    def checkpoint(self) -> str | None:
+        """The snapshot the dispatcher waits to reach, if any."""
+        return self._dispatcher.checkpoint
 
     @property
     def gaps(self) -> Observable[ChangeFeedGap]:
@@ -210,7 +223,7 @@ class ChangeFeed:
         stream completes."""
         self._listener.drop()
         self.book.report_held(force=True)
-        for hot in (self._changes, self._gaps, self._evidence.stream):
+        for hot in (self._changes, self._gaps, self._positions, self._evidence.stream):
             hot.subject.on_completed()
 
     def _report_at_close(self, role: str, task: asyncio.Task[None], *, stuck: bool) -> None:
@@ -277,6 +290,7 @@ class ChangeFeed:
 
     def _feed_lost(self, reason: str) -> None:
         """Record a loss of the change feed; the first of a run starts the live queries' bound."""
+        self._dispatcher.forget()
         self.book.lost(_now(), reason)
         if self._loss_timer is None and self.outlasted is None and not self.closing:
             self._loss_timer = asyncio.get_running_loop().call_later(

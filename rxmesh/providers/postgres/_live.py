@@ -185,6 +185,15 @@ class _Changes:
         return frame.model_copy(update={"resume_token": position.token})
 
 
+class _Reached:
+    """A snapshot the change feed's deliveries have reached (a live query's next position)."""
+
+    __slots__ = ("snapshot",)
+
+    def __init__(self, snapshot: str) -> None:
+        self.snapshot = snapshot
+
+
 def _resumed_frame(changed: ChangesSince, provider: str) -> QueryFrame:
     """The first frame of a resumed query: what changed since its token, as one Delta."""
     frame = QueryFrame.delta(changed.nodes, changed.removed, provider=provider)
@@ -273,11 +282,15 @@ class LiveQueries(Changes):
         def subscribe(
             observer: abc.ObserverBase[QueryFrame], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
-            events: asyncio.Queue[NodeChange | int | Outlasted | None] = asyncio.Queue()
+            events: asyncio.Queue[NodeChange | int | Outlasted | _Reached | None] = (
+                asyncio.Queue()
+            )
             subscriptions = CompositeDisposable(
                 self._feed.changes.subscribe(
                     events.put_nowait, on_completed=lambda: events.put_nowait(None)
                 ),
+                # Queued behind the changes it follows: once those are applied, it is reached.
+                self._feed.positions.subscribe(lambda s: events.put_nowait(_Reached(s))),
                 # A gap is queued as its number (counted before it is published).
                 self._feed.gaps.subscribe(lambda _: events.put_nowait(self._feed.book.gaps)),
                 self._feed.expired.subscribe(events.put_nowait),
@@ -328,6 +341,10 @@ class LiveQueries(Changes):
                                 if frame := pending.take(self._name, position):
                                     observer.on_next(frame)  # what the feed did deliver
                                 raise self._feed.stale_error(event)
+                        elif isinstance(event, _Reached):
+                            reached = Position.of(position.identity, event.snapshot)
+                            if reached.not_before(position):
+                                position = reached
                         elif isinstance(event, int):
                             if frame := pending.take(self._name, position):
                                 observer.on_next(frame)  # what came before the gap, at once

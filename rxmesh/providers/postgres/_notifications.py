@@ -18,6 +18,7 @@ __all__ = [
     "Entry",
     "MalformedNotificationError",
     "parse_notification",
+    "parse_payload",
     "parse_probe",
     "probe_marker",
     "probe_payload",
@@ -51,11 +52,18 @@ def _shown(value: object, limit: int = 100) -> str:
 
 
 def parse_notification(payload: object, prefix: str) -> list[Entry]:
-    """The rows one payload announces: ``[schema, op, [[path, version], ...]]``, all checked.
+    """The rows one payload announces (see :func:`parse_payload`)."""
+    return parse_payload(payload, prefix)[0]
+
+
+def parse_payload(payload: object, prefix: str) -> tuple[list[Entry], int | None]:
+    """The rows one payload announces, ``[schema, op, [[path, version], ...], xid]``, all
+    checked, and the writing transaction's id (``None`` from a trigger that does not send it).
 
     Anyone who may connect can NOTIFY on the channel, so nothing is assumed: the schema must be
     one of this store's (``prefix`` + a valid partition), ``op`` ``"upsert"`` or ``"delete"``,
-    every path valid and in that partition, every version a non-negative bigint (not a bool).
+    every path valid and in that partition, every version and the xid a non-negative bigint
+    (not a bool).
 
     Raises:
         MalformedNotificationError: it does not parse; the message says why.
@@ -72,9 +80,14 @@ def parse_notification(payload: object, prefix: str) -> list[Entry]:
         raise MalformedNotificationError(
             f"not JSON ({type(exc).__name__}: {_shown(str(exc), 80)})"
         ) from None
-    if not isinstance(decoded, list) or len(decoded) != 3:
-        raise MalformedNotificationError(f"not a [schema, op, rows] array: {_shown(decoded)}")
-    schema, op, rows = decoded
+    if not isinstance(decoded, list) or len(decoded) not in (3, 4):
+        raise MalformedNotificationError(
+            f"not a [schema, op, rows, xid] array: {_shown(decoded)}"
+        )
+    schema, op, rows = decoded[:3]
+    xid = decoded[3] if len(decoded) == 4 else None
+    if xid is not None and not (type(xid) is int and 0 <= xid <= _MAX_VERSION):
+        raise MalformedNotificationError(f"xid {_shown(xid)} is not a transaction id")
     if not isinstance(schema, str) or not schema.startswith(prefix):
         raise MalformedNotificationError(
             f"schema {_shown(schema)} is not one of this store's (prefix {prefix!r})"
@@ -108,7 +121,7 @@ def parse_notification(payload: object, prefix: str) -> list[Entry]:
                 entries.append((schema, path, op, version))
                 continue
         entries.append(_checked_row(row, schema, partition, op))
-    return entries
+    return entries, xid
 
 
 def _checked_row(row: object, schema: str, partition: str, op: str) -> Entry:

@@ -4,8 +4,9 @@ its lazy, race-safe creation.
 Partition ``P`` lives in the schema ``"<schema_prefix>P"`` (partitions are case-sensitive and the
 quoted identifier keeps their case, so the mapping is injective), one ``nodes`` table per schema.
 Statement-level triggers ``pg_notify`` small payloads on one channel, ``<schema_prefix>changes``:
-``[schema, op, [[path, version], ...]]``, one per ~6 kB of changed rows, so a bulk window of 1000
-rows is a handful of NOTIFYs, not 1000.
+``[schema, op, [[path, version], ...], xid]``, one per ~6 kB of changed rows, so a bulk window of
+1000 rows is a handful of NOTIFYs, not 1000; ``xid`` is the writing transaction's id, which tells
+the change feed how far its delivery has come (:mod:`._dispatch`).
 """
 
 from __future__ import annotations
@@ -129,13 +130,15 @@ def _notify_branch(rows: str, op: str, channel: str) -> str:
                         IF counted <= 8 AND total <= 6000 THEN
                             IF counted > 0 THEN
                                 PERFORM pg_notify('{channel}', '[' || to_json(TG_TABLE_SCHEMA)::text
-                                    || ',"{op}",[' || items || ']]');
+                                    || ',"{op}",[' || items || '],'
+                                    || pg_current_xact_id()::text || ']');
                             END IF;
                             RETURN NULL;
                         END IF;
                         FOR payload IN
                             SELECT json_build_array(TG_TABLE_SCHEMA, '{op}',
-                                json_agg(json_build_array(path, version)))::text
+                                json_agg(json_build_array(path, version)),
+                                pg_current_xact_id()::text::numeric)::text
                             FROM (SELECT path, version, sum(octet_length(path) + 24)
                                       OVER (ROWS UNBOUNDED PRECEDING) / 6000 AS g
                                   FROM {rows}) AS c

@@ -228,6 +228,10 @@ class PostgresStore(LiveQueries, Writes):
         """The server process id of the LISTEN connection (``None`` while it is down)."""
         return self._feed.backend_pid
 
+    def _dispatcher_checkpoint(self) -> str | None:
+        """The snapshot the change feed waits to reach (for tests of the rule)."""
+        return self._feed.checkpoint
+
     def schema_of(self, partition: str) -> str:
         """The unquoted schema name of ``partition`` in this store."""
         return schema_for_partition(partition, self._schemas.prefix)

@@ -20,6 +20,7 @@ from rxmesh.providers.postgres._book import ChangeFeedState, ChangeFeedStatistic
 from rxmesh.providers.postgres._notifications import (
     MalformedNotificationError,
     parse_notification,
+    parse_payload,
     parse_probe,
     probe_marker,
     probe_payload,
@@ -42,11 +43,16 @@ MALFORMED: list[tuple[object, str]] = [
     ("x" * 9000, "characters long"),
     (b"[]", "not text"),
     (None, "not text"),
-    ("null", "not a [schema, op, rows] array"),
-    ('["x"]', "not a [schema, op, rows] array"),
-    ('{"a": 1}', "not a [schema, op, rows] array"),
-    (_payload(SCHEMA, "upsert"), "not a [schema, op, rows] array"),
-    (_payload(SCHEMA, "upsert", [["p/a", 1]], "extra"), "not a [schema, op, rows] array"),
+    ("null", "not a [schema, op, rows, xid] array"),
+    ('["x"]', "not a [schema, op, rows, xid] array"),
+    ('{"a": 1}', "not a [schema, op, rows, xid] array"),
+    (_payload(SCHEMA, "upsert"), "not a [schema, op, rows, xid] array"),
+    (_payload(SCHEMA, "upsert", [["p/a", 1]], 5, "extra"), "not a [schema, op, rows, xid] array"),
+    (_payload(SCHEMA, "upsert", [["p/a", 1]], "extra"), "is not a transaction id"),
+    (_payload(SCHEMA, "upsert", [["p/a", 1]], True), "is not a transaction id"),
+    (_payload(SCHEMA, "upsert", [["p/a", 1]], -1), "is not a transaction id"),
+    (_payload(SCHEMA, "upsert", [["p/a", 1]], 2**63), "is not a transaction id"),
+    (_payload(SCHEMA, "upsert", [["p/a", 1]], 5.0), "is not a transaction id"),
     (_payload(7, "upsert", [["p/a", 1]]), "is not one of this store's"),
     (_payload(None, "upsert", [["p/a", 1]]), "is not one of this store's"),
     (_payload("rxmesh_p", "upsert", [["p/a", 1]]), "is not one of this store's"),
@@ -97,6 +103,8 @@ def test_the_payloads_the_triggers_send_parse() -> None:
     rows = [["p/a", 1], ["p/_access/al", 7]]
     upsert = parse_notification(_payload(SCHEMA, "upsert", rows), PREFIX)
     assert upsert == [(SCHEMA, "p/a", "upsert", 1), (SCHEMA, "p/_access/al", "upsert", 7)]
+    assert parse_payload(_payload(SCHEMA, "upsert", rows, 812), PREFIX) == (upsert, 812)
+    assert parse_payload(_payload(SCHEMA, "upsert", rows), PREFIX) == (upsert, None)
     delete = parse_notification(_payload(SCHEMA, "delete", [["p", 0]]), PREFIX)
     assert delete == [(SCHEMA, "p", "delete", 0)]
     assert parse_notification(_payload(PREFIX + "Ab.c-1", "upsert", [["Ab.c-1/x", 2]]), PREFIX)

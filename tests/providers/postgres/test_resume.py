@@ -20,6 +20,7 @@ from rxmesh.aio import first_value
 from rxmesh.model import FrameKind, MeshNode, NodeQuery, QueryFrame, field
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.providers.postgres._positions import parse_token
+from tests.helpers import until
 from tests.providers.conftest import Recorder
 from tests.providers.postgres.kinds import started, unique_prefix
 
@@ -274,3 +275,74 @@ async def test_a_gap_is_recovered_by_position_without_a_re_select(
             assert reselects == [NodeQuery(partition="p")]
         finally:
             frames.dispose()
+
+
+async def test_the_token_moves_on_with_the_deltas_once_the_feed_reached_it(
+    pg_dsn: str, prefix: str
+) -> None:
+    """A delta's token is a later position than the Initial's once a notification of a
+    transaction begun after the dispatcher's snapshot has come: resuming from it brings only
+    what came after, not everything since the Initial."""
+    async with started(pg_dsn, prefix) as store:
+        await store.write(node("p/seed"))
+        frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
+        try:
+            initial = await frames.next()
+            tokens = [initial.resume_token]
+            for i in range(6):
+                await store.write(node(f"p/w{i}"))
+                tokens.append((await frames.next()).resume_token)
+            assert len(set(tokens)) > 2, tokens  # it moved, more than once
+            last = tokens[-1]
+            await store.write(node("p/after"))
+            await frames.next()
+        finally:
+            frames.dispose()
+        resumed = await _first(store, NodeQuery(partition="p"), last)
+        assert resumed.resumed
+        paths = [n.path for n in resumed.nodes]
+        assert "p/after" in paths
+        assert "p/w0" not in paths  # what the token already covered does not come again
+        # Negative control: the Initial's token brings everything written since.
+        everything = await _first(store, NodeQuery(partition="p"), initial.resume_token)
+        assert [n.path for n in everything.nodes][:3] == ["p/after", "p/w0", "p/w1"]
+
+
+async def test_a_snapshot_is_reached_only_by_a_transaction_begun_after_it(
+    pg_dsn: str, prefix: str
+) -> None:
+    """The feed publishes the snapshot it took after a fetch only once a notification of a
+    transaction whose id is at least that snapshot's xmax arrives. A transaction that had its
+    id before the snapshot and commits after it (its notification may come before others the
+    snapshot sees) reaches nothing."""
+    async with started(pg_dsn, prefix) as store:
+        reached: list[str] = []
+        changes = Recorder(store.changes)
+        subscription = store._feed.positions.subscribe(reached.append)
+        slow = await asyncpg.connect(pg_dsn)
+        try:
+            early = slow.transaction()
+            await early.start()
+            await store.write(node("p/first"))  # the table exists now
+            table = store._table("p")
+            await slow.execute(
+                f"INSERT INTO {table} (path, content, version) VALUES ('p/early', '{{}}', 1)"
+            )
+            await store.write(node("p/second"))
+            await changes.next_matching(lambda c: c.path == "p/second")
+            # The batch of p/second reached the snapshot taken after p/first's fetch, then the
+            # dispatcher took the next one (p/early still running: listed as in progress).
+            await until(lambda: store._dispatcher_checkpoint() not in (None, *reached))
+            checkpoint = store._dispatcher_checkpoint()
+            assert checkpoint is not None
+            count = len(reached)
+            await early.commit()  # its id is below the checkpoint's xmax
+            await changes.next_matching(lambda c: c.path == "p/early")
+            assert len(reached) == count  # the negative control: nothing reached
+            await store.write(node("p/third"))  # begun after the checkpoint
+            await changes.next_matching(lambda c: c.path == "p/third")
+            assert reached[count:][:1] == [checkpoint]
+        finally:
+            subscription.dispose()
+            changes.dispose()
+            await slow.close()
