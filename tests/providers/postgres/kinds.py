@@ -7,6 +7,7 @@ database, in one session or in several at once, see only their own partitions (a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,11 +23,13 @@ from tests.conftest import session_prefix
 
 __all__ = [
     "drop_schemas",
+    "execute",
     "pgbouncer_pair",
     "pgbouncer_store",
     "postgres_pair",
     "postgres_store",
     "postgres_store_with_faults",
+    "terminate_listener",
 ]
 
 
@@ -46,6 +49,29 @@ async def drop_schemas(dsn: str, prefix: str) -> None:
             await conn.execute(f"DROP SCHEMA IF EXISTS {quote_identifier(row[0])} CASCADE")
     finally:
         await conn.close()
+
+
+async def execute(dsn: str, statement: str, *args: object) -> None:
+    """Run one statement on a connection of its own (a writer the store does not know)."""
+    conn = await asyncpg.connect(dsn, timeout=5.0, command_timeout=10.0)
+    try:
+        await conn.execute(statement, *args)
+    finally:
+        await conn.close()
+
+
+async def terminate_listener(dsn: str, store: PostgresStore, within: float = 5.0) -> None:
+    """Terminate ``store``'s LISTEN backend and wait (bounded) until the store noticed."""
+    pid = store.feed_backend_pid
+    assert pid is not None
+    conn = await asyncpg.connect(dsn, timeout=5.0, command_timeout=10.0)
+    try:
+        assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid) is True
+    finally:
+        await conn.close()
+    async with asyncio.timeout(within):
+        while store.feed_backend_pid == pid:  # noqa: ASYNC110 - a real server, bounded
+            await asyncio.sleep(0.005)
 
 
 @asynccontextmanager

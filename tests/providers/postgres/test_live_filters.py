@@ -22,7 +22,7 @@ from rxmesh.aio import first_value
 from rxmesh.model import FrameKind, MeshNode, NodeQuery, QueryFrame, field
 from rxmesh.providers.postgres._reads import _query_statement
 from tests.providers.conftest import Recorder
-from tests.providers.postgres.kinds import started
+from tests.providers.postgres.kinds import execute, started, terminate_listener
 
 pytestmark = pytest.mark.postgres
 
@@ -32,22 +32,6 @@ OPEN_OVER_100 = field("status").eq("open") & field("total").gt(100)
 
 def order(path: str, status: object, total: object) -> MeshNode:
     return MeshNode(path=path, content={"status": status, "total": total}, version=1)
-
-
-async def _terminate(dsn: str, pid: int) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid) is True
-    finally:
-        await conn.close()
-
-
-async def _raw(dsn: str, sql: str, *args: object) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(sql, *args)
-    finally:
-        await conn.close()
 
 
 async def test_the_initial_holds_only_matches_and_nodes_enter_and_leave(
@@ -104,19 +88,14 @@ async def test_a_gaps_re_select_applies_the_filter_on_the_server(pg_dsn: str, pr
         )
         try:
             assert [n.path for n in (await frames.next()).nodes] == ["p/a"]
-            pid = store.feed_backend_pid
-            assert pid is not None
-            await _terminate(pg_dsn, pid)
-            async with asyncio.timeout(WAIT):
-                while store.feed_backend_pid == pid:  # noqa: ASYNC110 - a real server, bounded
-                    await asyncio.sleep(0.005)
+            await terminate_listener(pg_dsn, store)
             table = store._table("p")
             content = (
                 f"UPDATE {table} SET content = $2::jsonb, version = version + 1 WHERE path = $1"
             )
-            await _raw(pg_dsn, content, "p/a", json.dumps({"status": "open", "total": 5}))
-            await _raw(pg_dsn, content, "p/b", json.dumps({"status": "open", "total": 500}))
-            await _raw(pg_dsn, content, "p/c", json.dumps({"status": "shut", "total": 501}))
+            await execute(pg_dsn, content, "p/a", json.dumps({"status": "open", "total": 5}))
+            await execute(pg_dsn, content, "p/b", json.dumps({"status": "open", "total": 500}))
+            await execute(pg_dsn, content, "p/c", json.dumps({"status": "shut", "total": 501}))
             delta = await frames.next()
             assert [n.path for n in delta.nodes] == ["p/b"]
             assert delta.removed == ("p/a",)
@@ -199,6 +178,6 @@ def test_the_initial_on_postgres_is_the_evaluators_answer(
             query = NodeQuery(partition="p", where=where)  # type: ignore[arg-type]
             initial = await first_value(store.query(query), timeout=WAIT)
             assert [n.path for n in initial.nodes] == [n.path for n in written if query.matches(n)]
-            await _raw(pg_dsn, f"DELETE FROM {store._table('p')}")
+            await execute(pg_dsn, f"DELETE FROM {store._table('p')}")
 
     asyncio.run(check())

@@ -9,7 +9,6 @@ transaction below the highest one seen) would miss.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -22,7 +21,13 @@ from rxmesh.providers.postgres import PostgresStore
 from rxmesh.providers.postgres._positions import parse_token
 from tests.helpers import until
 from tests.providers.conftest import Recorder
-from tests.providers.postgres.kinds import started, unique_prefix
+from tests.providers.postgres.kinds import (
+    drop_schemas,
+    execute,
+    started,
+    terminate_listener,
+    unique_prefix,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -177,21 +182,16 @@ async def test_a_token_older_than_the_tombstones_retention_resets(pg_dsn: str) -
                 await store.write(node(path))
             token = (await _first(store, NodeQuery(partition="p"))).resume_token
             await store.delete("p/a")
-            conn = await asyncpg.connect(pg_dsn)
-            try:  # the tombstone of p/a and the last pruning are older than the retention
-                schema = f'"{store.schema_of("p")}"'
-                await conn.execute(
-                    f"UPDATE {schema}.tombstones SET deleted_at = now() - interval '1 second'"
-                )
-                await conn.execute(
-                    f"UPDATE {schema}.horizon SET pruned_at = now() - interval '1 second'"
-                )
-            finally:
-                await conn.close()
+            # The tombstone of p/a and the last pruning are older than the retention.
+            schema = f'"{store.schema_of("p")}"'
+            await execute(
+                pg_dsn, f"UPDATE {schema}.tombstones SET deleted_at = now() - interval '1 second'"
+            )
+            await execute(
+                pg_dsn, f"UPDATE {schema}.horizon SET pruned_at = now() - interval '1 second'"
+            )
             await store.delete("p/b")  # prunes what is older than the retention
             answers[str(retention)] = await _first(store, NodeQuery(partition="p"), token)
-        from tests.providers.postgres.kinds import drop_schemas
-
         await drop_schemas(pg_dsn, prefix)
     assert answers["0.005"].reset and [n.path for n in answers["0.005"].nodes] == ["p/c"]
     kept = answers["None"]
@@ -204,19 +204,6 @@ async def test_a_partition_made_after_the_token_resets(pg_dsn: str, prefix: str)
         await store.write(node("q/a"))
         frame = await _first(store, NodeQuery(partition="q"), token)
         assert frame.reset and [n.path for n in frame.nodes] == ["q/a"]
-
-
-async def _terminate_listener(dsn: str, store: PostgresStore) -> None:
-    pid = store.feed_backend_pid
-    assert pid is not None
-    conn = await asyncpg.connect(dsn)
-    try:
-        assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid) is True
-    finally:
-        await conn.close()
-    async with asyncio.timeout(WAIT):
-        while store.feed_backend_pid == pid:  # noqa: ASYNC110 - a real server, bounded
-            await asyncio.sleep(0.005)
 
 
 async def test_a_gap_is_recovered_by_position_without_a_re_select(
@@ -239,37 +226,25 @@ async def test_a_gap_is_recovered_by_position_without_a_re_select(
         frames: Recorder[QueryFrame] = Recorder(store.query(NodeQuery(partition="p")))
         try:
             initial = await frames.next()
-            await _terminate_listener(pg_dsn, store)
+            await terminate_listener(pg_dsn, store)
             table = store._table("p")
-            conn = await asyncpg.connect(pg_dsn)
-            try:
-                await conn.execute(
-                    f"UPDATE {table} SET content = $1::jsonb, version = version + 1"
-                    " WHERE path = 'p/n1'",
-                    json.dumps({"i": 100}),
-                )
-                await conn.execute(f"DELETE FROM {table} WHERE path = 'p/n2'")
-            finally:
-                await conn.close()
+            await execute(
+                pg_dsn,
+                f"UPDATE {table} SET content = $1::jsonb, version = version + 1"
+                " WHERE path = 'p/n1'",
+                json.dumps({"i": 100}),
+            )
+            await execute(pg_dsn, f"DELETE FROM {table} WHERE path = 'p/n2'")
             delta = await frames.next()
             assert [n.path for n in delta.nodes] == ["p/n1"] and delta.removed == ("p/n2",)
             assert reselects == []
             assert delta.resume_token != initial.resume_token
 
-            conn = await asyncpg.connect(pg_dsn)
-            try:  # pruned past every position: the store cannot tell any more
-                await conn.execute(
-                    f'UPDATE "{store.schema_of("p")}".horizon'
-                    " SET pruned_through = pg_current_xact_id()"
-                )
-            finally:
-                await conn.close()
-            await _terminate_listener(pg_dsn, store)
-            conn = await asyncpg.connect(pg_dsn)
-            try:
-                await conn.execute(f"DELETE FROM {table} WHERE path = 'p/n3'")
-            finally:
-                await conn.close()
+            horizon = f'"{store.schema_of("p")}".horizon'
+            # Pruned past every position: the store cannot tell any more.
+            await execute(pg_dsn, f"UPDATE {horizon} SET pruned_through = pg_current_xact_id()")
+            await terminate_listener(pg_dsn, store)
+            await execute(pg_dsn, f"DELETE FROM {table} WHERE path = 'p/n3'")
             delta = await frames.next()
             assert delta.nodes == () and delta.removed == ("p/n3",)
             assert reselects == [NodeQuery(partition="p")]
