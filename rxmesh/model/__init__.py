@@ -16,7 +16,8 @@ surrogates) and over-long text, so an existing row always reads back.
 
 The layout: this module holds the models; ``_rules`` the path, identity and content rules they
 and the other layers check; ``_filters`` the content filters of a :class:`NodeQuery` (the language,
-its canonical form and its Python evaluator).
+its canonical form and its Python evaluator); ``_order`` the order of an ordered window
+(``NodeQuery.order_by`` and ``limit``: one total order over JSON values, then the path).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Annotated, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     InstanceOf,
@@ -38,6 +40,7 @@ from pydantic import (
 )
 
 from rxmesh.model._filters import Filter, and_, field, not_, or_
+from rxmesh.model._order import check_limit, parse_order, sort_key
 from rxmesh.model._rules import (
     MAX_CONTENT_BYTES as MAX_CONTENT_BYTES,
 )
@@ -225,6 +228,11 @@ class AccessContext(BaseModel):
         return self.user == SYSTEM_USER
 
 
+def _check_order_by(value: object) -> tuple[str, ...]:
+    parse_order(value)
+    return tuple(value)  # type: ignore[arg-type]
+
+
 class NodeQuery(BaseModel):
     """A query for nodes: every node under ``path_prefix`` (optionally of one ``node_type``,
     optionally only those whose content satisfies ``where``).
@@ -232,6 +240,12 @@ class NodeQuery(BaseModel):
     Frozen and hashable, so it keys the synced-query cache; a :class:`Filter` is in canonical form,
     so two queries with equal filters are one key. Build ``where`` with :func:`field`,
     :func:`and_`, :func:`or_` and :func:`not_` (docs/live-queries.md, "Content filters").
+
+    With ``order_by`` or ``limit`` it is an ordered window (docs/live-queries.md, "Ordered
+    windows"): the first ``limit`` matches in the order of ``order_by`` (dotted content field
+    paths, a leading ``-`` for descending; ties, and a window with no ``order_by``, by path).
+    ``limit`` is 1 to 10,000; ``order_by`` names at most 8 fields, each a field path as a
+    filter's is. Both are checked here, refused naming the input.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -240,6 +254,15 @@ class NodeQuery(BaseModel):
     path_prefix: str = ""
     node_type: str | None = None
     where: InstanceOf[Filter] | None = None
+    order_by: Annotated[tuple[str, ...], BeforeValidator(_check_order_by)] = ()
+    limit: Annotated[int | None, BeforeValidator(lambda v: v if v is None else check_limit(v))] = (
+        None
+    )
+
+    def sort_key(self, node: MeshNode) -> tuple[object, ...]:
+        """A key whose order is this query's order (``order_by``, then the path): the nodes of a
+        window are the first ``limit`` matches by it."""
+        return sort_key(self.order_by, node.content, node.path)
 
     def matches(self, node: MeshNode) -> bool:
         """Whether ``node`` belongs to this query's result."""
