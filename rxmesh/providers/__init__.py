@@ -2,8 +2,9 @@
 and :class:`PostgresStore` (asyncpg; importing it needs the ``postgres`` extra).
 
 The layout: ``_store`` the protocol; ``memory`` the embedded store, with ``_memory_verbs`` (its
-compare-and-set verbs) and ``_memory_live`` (its live queries); ``postgres`` the PostgreSQL
-store, a package explained in its own docstring.
+compare-and-set verbs) and ``_memory_live`` (its live queries); ``_window`` the ordered windows
+of every store (on its ``page`` verb and its change feed); ``postgres`` the PostgreSQL store, a
+package explained in its own docstring.
 """
 
 from __future__ import annotations

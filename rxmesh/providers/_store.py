@@ -1,12 +1,12 @@
 """The ``Store`` protocol every provider implements.
 
-The one-shot verbs (``read``, ``read_many``, ``write``, ``update``, ``delete``, ``move``) are
-coroutine methods: each call is one attempt, and awaiting it again means calling it again (the
-mesh's retry ladder does). What streams stays an observable: ``write_many`` (a window at a time,
-cold: every subscription runs the work again, so ``retry_transient_connect`` really retries) and
-``query`` (cold too), and the hot ``changes``, ``gaps`` and ``answers_again``, which report what
-the store sees. :func:`observe` turns a verb into a cold observable, for a pipeline that wants
-one.
+The one-shot verbs (``read``, ``read_many``, ``page``, ``write``, ``update``, ``delete``, ``move``)
+are coroutine methods: each call is one attempt, and awaiting it again means calling it again
+(the mesh's retry ladder does). What streams stays an observable: ``write_many`` (a window at a
+time, cold: every subscription runs the work again, so ``retry_transient_connect`` really
+retries) and ``query`` (cold too), and the hot ``changes``, ``gaps`` and ``answers_again``,
+which report what the store sees. :func:`observe` turns a verb into a cold observable, for a
+pipeline that wants one.
 
 Fault contract: a read returns ``None`` only for a clean absence (including "the partition's
 schema does not exist yet"); every fault propagates as an error, never as ``None``. Driver and
@@ -122,11 +122,20 @@ class Store(Protocol):
         """
         ...
 
+    async def page(self, query: NodeQuery, after: MeshNode | None, limit: int) -> list[MeshNode]:
+        """The first ``limit`` nodes matching ``query`` (its content filter included) strictly
+        after ``after`` in the query's window order (:meth:`NodeQuery.sort_key`: ``order_by``,
+        then the path), in that order; ``after=None`` starts at the first. One bounded read:
+        what an ordered window's Initial and each refill cost."""
+        ...
+
     def query(self, query: NodeQuery, resume_from: str | None = None) -> Observable[QueryFrame]:
         """One Initial frame (every match), then a Delta per committed change that matches;
         every frame carries its ``resume_token``. With ``resume_from`` (a token this store
         gave), the first frame is a Delta of what changed since (``resumed``), or an Initial
-        marked ``reset`` when the store cannot tell any more."""
+        marked ``reset`` when the store cannot tell any more.
+        With ``order_by`` or ``limit``, the live window of the first ``limit`` matches in that
+        order (docs/live-queries.md, "Ordered windows")."""
         ...
 
     @property

@@ -17,6 +17,7 @@ nothing when another write came first.
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from rxmesh.model import (
 from rxmesh.providers._memory_live import live_query
 from rxmesh.providers._memory_verbs import MemoryVerbs, WriteAttempt
 from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
+from rxmesh.providers._window import windowed
 
 __all__ = ["InMemoryStore", "InMemoryStoreStatistics"]
 
@@ -345,12 +347,39 @@ class InMemoryStore(MemoryVerbs):
         with self._lock:
             self._live_queries += delta
 
+    async def page(self, query: NodeQuery, after: MeshNode | None, limit: int) -> list[MeshNode]:
+        """The first ``limit`` nodes matching ``query`` (its content filter included) strictly
+        after ``after`` in the query's window order (``order_by``, then the path).
+
+        Raises:
+            ValueError: ``limit`` is below 1 (a programming error).
+        """
+        if limit < 1:
+            raise ValueError(f"a page holds at least 1 node, not {limit!r}")
+        bound = None if after is None else query.sort_key(after)
+        key = query.sort_key
+        with self._lock:
+            self._reads += 1
+            rows = [
+                node
+                for name, table in self._partitions.items()
+                if query.partition is None or name == query.partition
+                for node in table.values()
+                if query.matches(node) and (bound is None or key(node) > bound)
+            ]
+        return heapq.nsmallest(limit, rows, key=key)
+
     def query(self, query: NodeQuery, resume_from: str | None = None) -> Observable[QueryFrame]:
         """An Initial frame (every match, ordered by path), then one Delta per commit that
         changes the result (rows now matching in ``nodes``, rows no longer matching in
         ``removed``; a match includes the query's content filter, ``where``). A move inside the
         result is one Delta. Never completes by itself. ``resume_from``: the Initial is marked
-        ``reset`` (this store keeps no change history to resume from)."""
+        ``reset`` (this store keeps no change history to resume from). A query
+        with ``order_by`` or ``limit`` is an ordered window (docs/live-queries.md, "Ordered
+        windows"): its frames come on the running asyncio loop, its Initial in the window's
+        order."""
+        if query.limit is not None or query.order_by:
+            return windowed(self, query, reset=resume_from is not None)
         return live_query(
             query,
             reset=resume_from is not None,

@@ -145,7 +145,7 @@ class FaultInjectingStore:
         self._refuse_writes = exc_factory or (lambda: unreachable_error(self._name))
 
     def refuse_reads_as_unreachable(self, exc_factory: ExcFactory | None = None) -> None:
-        """Refuse every read, read_many and query as unreachable until :meth:`restore`."""
+        """Refuse every read, read_many, page and query as unreachable until :meth:`restore`."""
         self._refuse_reads = exc_factory or (lambda: unreachable_error(self._name))
 
     def restore(self) -> None:
@@ -327,6 +327,11 @@ class FaultInjectingStore:
         wanted = tuple(paths)
         self._enter("read_many", wanted, lambda: self._read_decision(wanted))
         return await self.inner.read_many(wanted)
+
+    async def page(self, query: NodeQuery, after: MeshNode | None, limit: int) -> list[MeshNode]:
+        """The inner page, unless reads are refused."""
+        self._enter("page", query, lambda: self._read_decision(()))
+        return await self.inner.page(query, after, limit)
 
     async def write(self, node: MeshNode) -> MeshNode:
         """The inner write, unless writes are refused."""

@@ -6,7 +6,8 @@ one way: down this list, never up it.
 - ``_store``: :class:`PostgresStore`, the facade (options, start and close, statistics);
 - ``_live`` (live queries, their resumes and gap recovery), ``_changes`` (what changed since a
   position), ``_reads``, ``_writes`` (creates, bulk windows,
-  compare-and-set verbs; ``_groups``: concurrent creates of a partition as one statement);
+  compare-and-set verbs; ``_groups``: concurrent creates of a partition as one statement),
+  ``_pages`` (the ``page`` verb of ordered windows);
 - ``_feed``: the change feed, owning its dispatcher (``_dispatch``), its listener
   (``_listener``), the evidence it holds back (``_evidence``), its hot streams (``_streams``)
   and its bookkeeping (``_book``, ``_throttle``, the payload parser ``_notifications``);
@@ -16,6 +17,7 @@ one way: down this list, never up it.
 - ``_errors``: the one mapping of driver and network failures to
   :class:`~rxmesh.exceptions.StoreError`, a pure function; ``_rows``: rows as nodes and back;
   ``_filters``: a content filter compiled to SQL over ``content`` (a pure function);
+  ``_order``: an ordered window's order compiled to SQL (pure);
   ``_positions``: positions in the change order and the resume tokens that carry them.
 """
 

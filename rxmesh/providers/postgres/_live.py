@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import asyncpg
 from loguru import logger
@@ -16,6 +17,8 @@ from reactivex.disposable import CompositeDisposable
 from rxmesh._util.path_order import PathOrdered, path_ordered
 from rxmesh.aio import from_async
 from rxmesh.model import FrameKind, MeshNode, NodeChange, NodeQuery, QueryFrame
+from rxmesh.providers._store import Store
+from rxmesh.providers._window import windowed
 from rxmesh.providers.postgres._changes import Changes, ChangesSince
 from rxmesh.providers.postgres._feed import ChangeFeed, Outlasted
 from rxmesh.providers.postgres._positions import Position, parse_token
@@ -277,7 +280,12 @@ class LiveQueries(Changes):
         A content filter (``where``) is evaluated by the server in the Initial and every
         read, and on every delta by :meth:`~rxmesh.model.NodeQuery.matches`, with the same
         meaning: a node that stops matching leaves the view, one that starts matching enters.
+
+        A query with ``order_by`` or ``limit`` is an ordered window (docs/live-queries.md,
+        "Ordered windows"), kept from :meth:`page` and the change feed.
         """
+        if query.limit is not None or query.order_by:
+            return windowed(cast("Store", self), query, reset=resume_from is not None)
 
         def subscribe(
             observer: abc.ObserverBase[QueryFrame], scheduler: abc.SchedulerBase | None = None

@@ -1,5 +1,5 @@
 """The facade: :class:`PostgresStore`'s options, start and close, and statistics; the verbs
-come from its reads, writes and live queries, the change feed is an object of its own.
+come from its reads, writes, pages and live queries, the change feed is an object of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from rxmesh.providers.postgres._connections import TARGET_SESSION_ATTRS, Connect
 from rxmesh.providers.postgres._feed import ChangeFeed
 from rxmesh.providers.postgres._groups import WriteGroups
 from rxmesh.providers.postgres._live import LiveQueries, _Reread
+from rxmesh.providers.postgres._pages import Pages
 from rxmesh.providers.postgres._pooler import detect_pooler
 from rxmesh.providers.postgres._schema import (
     DEFAULT_SCHEMA_PREFIX,
@@ -92,7 +93,7 @@ class PostgresStoreStatistics:
     shared_connect_failures: int = 0
 
 
-class PostgresStore(LiveQueries, Writes):
+class PostgresStore(LiveQueries, Writes, Pages):
     """A :class:`~rxmesh.providers.Store` on PostgreSQL through asyncpg.
 
     Args:

@@ -1,0 +1,102 @@
+"""Pages: the first nodes of a query in its window order, strictly after a given node, one
+bounded ``SELECT`` per partition (its content filter and the keyset condition in SQL), merged.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from rxmesh.model import MeshNode, NodeQuery, partition_of, validate_path
+from rxmesh.providers.postgres._connections import Connection, Connections
+from rxmesh.providers.postgres._errors import MISSING_SCHEMA
+from rxmesh.providers.postgres._filters import to_sql
+from rxmesh.providers.postgres._order import order_sql
+from rxmesh.providers.postgres._rows import _stored_nodes_of
+from rxmesh.providers.postgres._schema import _LIVE_COLUMNS, _LIVE_SETTINGS, Schemas
+
+__all__ = ["Pages", "page_statement"]
+
+_PAGE_SETTINGS = _LIVE_SETTINGS + "; SET LOCAL plan_cache_mode = force_custom_plan"
+"""A page's statement names its field paths as parameters; only a plan made for their values
+(custom) sees ``content #> '{price}'`` and can use an expression index on it, and a pooled
+connection's prepared statement would otherwise turn generic after five executions."""
+
+
+def page_statement(
+    table: str, query: NodeQuery, after: MeshNode | None, limit: int
+) -> tuple[str, list[object]]:
+    """The ``SELECT`` of one partition's page of ``query`` (its prefix, type, content filter
+    and the rows strictly after ``after``, in window order, at most ``limit``) and its
+    arguments."""
+    conditions: list[str] = []
+    args: list[object] = []
+    prefix = query.path_prefix.rstrip("/")
+    if prefix:
+        args.append(prefix)
+        conditions.append(f"(path = ${len(args)} OR starts_with(path, ${len(args)} || '/'))")
+    if query.node_type is not None:
+        args.append(query.node_type)
+        conditions.append(f"node_type = ${len(args)}")
+    if query.where is not None:
+        sql, values = to_sql(query.where, len(args) + 1)
+        args.extend(values)
+        conditions.append(sql)
+    order, keyset, values = order_sql(query, after, len(args) + 1)
+    args.extend(values)
+    if keyset is not None:
+        conditions.append(keyset)
+    args.append(limit)
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    return (
+        f"SELECT {_LIVE_COLUMNS} FROM {table}{where} ORDER BY {order} LIMIT ${len(args)}",
+        args,
+    )
+
+
+class Pages:
+    """The ``page`` verb of :class:`~rxmesh.providers.postgres.PostgresStore`."""
+
+    _connections: Connections
+    _schemas: Schemas
+
+    async def page(self, query: NodeQuery, after: MeshNode | None, limit: int) -> list[MeshNode]:
+        """The first ``limit`` nodes matching ``query`` (its content filter included) strictly
+        after ``after`` in the query's window order (``order_by``, then the path): one
+        ``SELECT ... LIMIT`` per partition the query can reach, merged in that order.
+
+        Raises:
+            ValueError: ``limit`` is below 1 (a programming error).
+        """
+        if limit < 1:
+            raise ValueError(f"a page holds at least 1 node, not {limit!r}")
+        prefix = query.path_prefix.rstrip("/")
+        wanted: list[str] | None = None
+        if query.partition is not None:
+            wanted = [query.partition]
+        if prefix:
+            head = partition_of(prefix)
+            if wanted is not None and head not in wanted:
+                return []
+            wanted = [head]
+        for partition in wanted or ():
+            validate_path(partition, allow_reserved=False)
+
+        async def work(conn: Connection) -> list[list[MeshNode]]:
+            partitions = wanted if wanted is not None else await self._schemas.partitions(conn)
+            pages: list[list[MeshNode]] = []
+            for partition in partitions:
+                sql, args = page_statement(self._schemas.table(partition), query, after, limit)
+                try:
+                    async with conn.transaction():
+                        await conn.execute(_PAGE_SETTINGS)
+                        rows = await conn.fetch(sql, *args)
+                except MISSING_SCHEMA:
+                    continue
+                pages.append(_stored_nodes_of(rows, partition, stamps_as_text=True))
+            return pages
+
+        pages = await self._connections.run(f"paging {query!r}", work)
+        if len(pages) == 1:
+            return pages[0]
+        # Each partition's page is in window order already (the SQL order is the model's).
+        return list(heapq.merge(*pages, key=query.sort_key))[:limit]
