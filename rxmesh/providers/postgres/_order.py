@@ -12,8 +12,8 @@ the field. The path, compared ``COLLATE "C"`` too, breaks ties.
 
 Because nothing is ``NULL``, "after" is one row comparison when every field ascends, which a
 B-tree index on the same expressions answers as a range (docs/live-queries.md, "Ordered
-windows", gives the index); with a descending field it is the lexicographic expansion, plus the
-leading field's own row comparison so the index still starts at the right place.
+windows", gives the index); with a descending field it is the lexicographic expansion, a filter on
+the leading field's own row comparison, which the index answers as a range read in order.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from decimal import Decimal
 
 from rxmesh.model import MeshNode, NodeQuery, field
 
-__all__ = ["OrderTerm", "order_sql", "order_terms"]
+__all__ = ["OrderTerm", "index_columns", "order_sql", "order_terms"]
 
 OrderTerm = tuple[tuple[str, ...], bool]
 """A field path's segments, and whether it descends."""
@@ -131,5 +131,25 @@ def order_sql(
         equal.append(f"{row(list(triple))} = {row(key)}")
     arms.append(" AND ".join([*equal, f"{_PATH} > {path}::text"]))
     lead = f"{row(list(columns[0]))} {'<=' if terms[0][1] else '>='} {row(keys[0])}"
-    condition = f"{lead} AND (" + " OR ".join(f"({arm})" for arm in arms) + ")"
+    # ``IS TRUE`` keeps the expansion out of the index's reach: the planner's estimate of a
+    # row comparison looks at its first column only (the rank, nearly constant), so it would
+    # take each arm for a handful of rows and OR bitmap scans of them, then sort; as a filter
+    # on the leading field's range the index is read in order and the LIMIT stops it.
+    condition = f"{lead} AND (" + " OR ".join(f"({arm})" for arm in arms) + ") IS TRUE"
     return ", ".join(order), condition, params.values
+
+
+def index_columns(query: NodeQuery) -> str:
+    """The column list of a B-tree index that serves ``query``'s order (its ``ORDER BY`` and
+    "after" condition): the same expressions, each field path written as an array literal (a
+    field path holds no quote: the model refuses one), so the planner matches them with the
+    statement's parameters once it plans for their values."""
+    columns: list[str] = []
+    for segments, descending in order_terms(query):
+        p = "ARRAY[" + ", ".join(f"'{segment}'" for segment in segments) + "]"
+        v = f"(content #> {p})"
+        for expression in (_RANK.format(v=v), _NUMBER.format(v=v), _TEXT.format(v=v, p=p)):
+            expression = expression.replace(f"{p}::text[]", p)
+            columns.append(f"({expression}) DESC" if descending else f"({expression})")
+    columns.append(_PATH)
+    return ", ".join(columns)

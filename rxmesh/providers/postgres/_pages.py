@@ -5,14 +5,20 @@ bounded ``SELECT`` per partition (its content filter and the keyset condition in
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 from rxmesh.model import MeshNode, NodeQuery, partition_of, validate_path
 from rxmesh.providers.postgres._connections import Connection, Connections
 from rxmesh.providers.postgres._errors import MISSING_SCHEMA
 from rxmesh.providers.postgres._filters import to_sql
-from rxmesh.providers.postgres._order import order_sql
+from rxmesh.providers.postgres._order import index_columns, order_sql
 from rxmesh.providers.postgres._rows import _stored_nodes_of
-from rxmesh.providers.postgres._schema import _LIVE_COLUMNS, _LIVE_SETTINGS, Schemas
+from rxmesh.providers.postgres._schema import (
+    _LIVE_COLUMNS,
+    _LIVE_SETTINGS,
+    Schemas,
+    quote_identifier,
+)
 
 __all__ = ["Pages", "page_statement"]
 
@@ -58,6 +64,24 @@ class Pages:
 
     _connections: Connections
     _schemas: Schemas
+
+    def window_index_statement(self, partition: str, order_by: Sequence[str], name: str) -> str:
+        """The ``CREATE INDEX IF NOT EXISTS`` of an index named ``name`` on ``partition``'s
+        table that serves a window ordered by ``order_by`` (its first page and every refill
+        become a range of the index instead of a scan and a sort). Run it yourself (it is DDL:
+        ``CONCURRENTLY`` may be added): rxmesh creates no index on its own.
+
+        Raises:
+            ValueError: ``order_by`` is not a valid order (pydantic's ``ValidationError``,
+                naming it, as ``NodeQuery`` refuses it), or ``partition`` not a partition.
+        """
+        validate_path(partition, allow_reserved=False)
+        query = NodeQuery(partition=partition, order_by=tuple(order_by))
+        schema = quote_identifier(self._schemas.schema_of(partition))
+        return (
+            f"CREATE INDEX IF NOT EXISTS {quote_identifier(name)} ON {schema}.nodes "
+            f"({index_columns(query)})"
+        )
 
     async def page(self, query: NodeQuery, after: MeshNode | None, limit: int) -> list[MeshNode]:
         """The first ``limit`` nodes matching ``query`` (its content filter included) strictly
