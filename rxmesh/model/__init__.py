@@ -313,7 +313,8 @@ class QueryFrame(BaseModel):
     def initial(
         cls, nodes: Sequence[MeshNode], *, provider: str | None = None, incomplete: bool = False
     ) -> QueryFrame:
-        """An Initial frame of ``nodes``, ordered by path."""
+        """An Initial frame of ``nodes``, ordered by path. (An ordered window's Initial is in
+        the window's order instead: its store builds the frame with the nodes as they are.)"""
         ordered = tuple(sorted(nodes, key=lambda n: n.path))
         return cls(
             kind=FrameKind.INITIAL, nodes=ordered, provider=provider, snapshot_incomplete=incomplete
