@@ -34,6 +34,8 @@ SEGMENT = st.text("aAbBzZ09-._é", min_size=1, max_size=4).filter(
 orders = st.lists(
     st.tuples(paths, st.booleans()), min_size=0, max_size=3, unique_by=lambda t: t[0]
 ).map(lambda terms: tuple(("-" if down else "") + path for path, down in terms))
+# "-1" is the field "1" descending (a leading "-" is the direction), so it and "1" are one field
+orders = orders.filter(lambda order: len({item.removeprefix("-") for item in order}) == len(order))
 batches = st.lists(st.tuples(SEGMENT, contents), min_size=1, max_size=25, unique_by=lambda t: t[0])
 
 Rewrite = Callable[[str], str]
