@@ -104,8 +104,11 @@ class Window:
         if change.op != "upsert" or node is None or not self.query.matches(node):
             self._remove(change.path)
             return
-        if member is not None and node.version < member[1].version:
-            return  # a change the member's row (read by a refill) already reflects
+        if member is not None and (
+            node.version < member[1].version
+            or (node.version == member[1].version and node == member[1])
+        ):
+            return  # a change the member's row (read by a page) already reflects
         key = self.query.sort_key(node)
         # The boundary as it was: every non-member sorts after it, so a node before it is
         # among the first ``limit`` (also the last member itself, changed but not moved past).

@@ -258,3 +258,51 @@ async def test_a_gap_reads_the_page_again(partition: str) -> None:
         assert len(view.frames) == 1  # nothing changed: no Delta
     finally:
         view.dispose()
+
+
+async def test_a_refill_that_fails_ends_the_window_with_its_error(partition: str) -> None:
+    from rxmesh.faults import is_transient_connect_fault
+    from rxmesh.providers import InMemoryStore
+    from rxmesh.testing import FaultInjectingStore
+
+    inner = InMemoryStore()
+    await _scores(inner, partition, {"a": 1, "b": 2, "c": 3})
+    store = FaultInjectingStore(inner)
+    query = NodeQuery(partition=partition, order_by=("score",), limit=2)
+    view = View(windowed(store, query))
+    try:
+        await view.becomes(query, [f"{partition}/a", f"{partition}/b"])
+        store.refuse_reads_as_unreachable()
+        await inner.delete(f"{partition}/a")  # a member leaves: its refill is refused
+        await until(lambda: bool(view.errors))
+        assert is_transient_connect_fault(view.errors[0])
+        assert [op.outcome for op in store.operations if op.op == "page"] == [
+            "forwarded",
+            "refused",
+        ]
+    finally:
+        view.dispose()
+
+
+def test_a_change_a_member_already_reflects_is_not_reported_again() -> None:
+    """A change committed while a page was read arrives after it: the member read by the page
+    is already that row (or a later one), so nothing is emitted and nothing goes back."""
+    from rxmesh.model import NodeChange
+    from rxmesh.providers._window import Window
+
+    query = NodeQuery(partition="p", order_by=("score",), limit=2)
+    window = Window(query, 2)
+    newer = MeshNode(path="p/a", content={"score": 2}, version=3)
+    window.reset([newer])
+    assert window.initial("memory").nodes == (newer,)
+    same = NodeChange(source="memory", op="upsert", path="p/a", version=3, node=newer.model_copy())
+    older = MeshNode(path="p/a", content={"score": 1}, version=2)
+    window.apply(same)
+    window.apply(NodeChange(source="memory", op="upsert", path="p/a", version=2, node=older))
+    assert window.take("memory") is None
+    assert window.nodes() == [newer]
+    # negative control: a later version is a change
+    later = MeshNode(path="p/a", content={"score": 5}, version=4)
+    window.apply(NodeChange(source="memory", op="upsert", path="p/a", version=4, node=later))
+    frame = window.take("memory")
+    assert frame is not None and frame.nodes == (later,)

@@ -178,6 +178,20 @@ def test_refused_reads_fail_reads_and_queries_until_restored(store: FaultInjecti
     assert Seen(store.read("p/a")).items == [None]
 
 
+def test_refused_reads_fail_pages_too_and_log_them(
+    store: FaultInjectingStore, inner: InMemoryStore
+) -> None:
+    done(inner.write(node("p/a")))
+    window = NodeQuery(partition="p", limit=5)
+    assert [n.path for n in Seen(store.page(window, None, 5)).items[0]] == ["p/a"]
+    store.refuse_reads_as_unreachable()
+    assert is_transient_connect_fault(Seen(store.page(window, None, 5)).error)
+    assert [op.outcome for op in store.operations if op.op == "page"] == ["forwarded", "refused"]
+    assert store.counts["page"] == 2
+    store.restore()
+    assert len(Seen(store.page(window, None, 5)).items[0]) == 1
+
+
 # -- fault the next read of a path -----------------------------------------------------------
 
 
