@@ -306,3 +306,20 @@ def test_a_change_a_member_already_reflects_is_not_reported_again() -> None:
     window.apply(NodeChange(source="memory", op="upsert", path="p/a", version=4, node=later))
     frame = window.take("memory")
     assert frame is not None and frame.nodes == (later,)
+
+
+async def test_a_resumed_window_answers_with_a_full_initial_marked_reset(
+    store: Store, partition: str
+) -> None:
+    await _scores(store, partition, {"a": 1, "b": 2, "c": 3})
+    query = NodeQuery(partition=partition, order_by=("score",), limit=2)
+    resumed = View(store.query(query, resume_from="a-token"))
+    fresh = View(store.query(query))
+    try:
+        await until(lambda: bool(resumed.frames and fresh.frames))
+        assert resumed.frames[0].kind is FrameKind.INITIAL and resumed.frames[0].reset
+        assert [n.path for n in resumed.frames[0].nodes] == [f"{partition}/a", f"{partition}/b"]
+        assert not fresh.frames[0].reset  # negative control: no resume, no reset
+    finally:
+        resumed.dispose()
+        fresh.dispose()
