@@ -119,7 +119,11 @@ class Window:
 
     def fill(self, nodes: Sequence[MeshNode], asked: int) -> None:
         """Append a page read after the last member (``asked``: how many it was asked for)."""
+        members = self._members
         for node in nodes:
+            member = members.get(node.path)
+            if member is not None and member[1] == node:
+                continue  # (a gap's page: only what differs is a change)
             key = self.query.sort_key(node)
             self._remove(node.path)  # (a member changed since: the page's row is newer)
             self._add(node, key)

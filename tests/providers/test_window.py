@@ -323,3 +323,24 @@ async def test_a_resumed_window_answers_with_a_full_initial_marked_reset(
     finally:
         resumed.dispose()
         fresh.dispose()
+
+
+def test_a_gap_page_reports_only_what_differs() -> None:
+    """After a gap the first page is read again: rows equal to the members (new objects, as a
+    database returns) are no change; a changed row and a row gone are."""
+    from rxmesh.providers._window import Window
+
+    query = NodeQuery(partition="p", order_by=("score",), limit=3)
+    window = Window(query, 3)
+    rows = [MeshNode(path=f"p/{n}", content={"score": i}, version=1) for i, n in enumerate("abc")]
+    window.reset(rows)
+    window.initial("pg")
+    again = [node.model_copy(deep=True) for node in rows]
+    window.reset(again)
+    assert window.take("pg") is None
+    changed = MeshNode(path="p/b", content={"score": 1, "x": 1}, version=2)
+    later = MeshNode(path="p/d", content={"score": 9}, version=1)
+    window.reset([again[0], changed, later])  # c is gone, d is the third now
+    frame = window.take("pg")
+    assert frame is not None
+    assert [n.path for n in frame.nodes] == ["p/b", "p/d"] and frame.removed == ("p/c",)
