@@ -162,14 +162,22 @@ class Window:
         )
 
 
-def windowed(store: Store, query: NodeQuery, *, reset: bool = False) -> Observable[QueryFrame]:
+def windowed(
+    store: Store,
+    query: NodeQuery,
+    *,
+    reset: bool = False,
+    ends: Observable[Exception] | None = None,
+) -> Observable[QueryFrame]:
     """The live window of ``query`` on ``store``: an Initial of the first ``query.limit``
     matches (every match when ``limit`` is ``None``) in the query's order, then one Delta per
     batch of changes that alters it; after a declared gap, the first page read again and the
     difference as one Delta. Never completes unless the store's change feed does.
 
     ``reset``: the query was opened to resume; a window keeps no history to tell what changed
-    since, so its Initial (the whole window) is marked ``reset``."""
+    since, so its Initial (the whole window) is marked ``reset``. ``ends``: errors the store
+    ends its live queries with (a change feed lost past its bound); the window emits what it
+    applied, then ends with the first."""
     limit = query.limit
     name = store.name
 
@@ -186,6 +194,8 @@ def windowed(store: Store, query: NodeQuery, *, reset: bool = False) -> Observab
             ),
             store.gaps.subscribe(lambda _: events.put_nowait(_GAP), on_error=events.put_nowait),
         )
+        if ends is not None:
+            subscriptions.add(ends.subscribe(events.put_nowait, on_error=events.put_nowait))
 
         async def first_page() -> list[MeshNode]:
             if limit is not None:
@@ -210,6 +220,8 @@ def windowed(store: Store, query: NodeQuery, *, reset: bool = False) -> Observab
                         ended = True
                         break
                     if isinstance(event, Exception):
+                        if frame := window.take(name):
+                            observer.on_next(frame)  # what the feed did deliver
                         raise event
                     if event is _GAP:
                         window.reset(await first_page())

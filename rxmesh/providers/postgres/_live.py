@@ -21,6 +21,7 @@ from rxmesh.providers._store import Store
 from rxmesh.providers._window import windowed
 from rxmesh.providers.postgres._changes import Changes, ChangesSince
 from rxmesh.providers.postgres._feed import ChangeFeed, Outlasted
+from rxmesh.providers.postgres._pages import window_ends
 from rxmesh.providers.postgres._positions import Position, parse_token
 from rxmesh.providers.postgres._rows import _BUILD_CHUNK, _row_stamps, _stored_nodes_of
 
@@ -285,7 +286,8 @@ class LiveQueries(Changes):
         "Ordered windows"), kept from :meth:`page` and the change feed.
         """
         if query.limit is not None or query.order_by:
-            return windowed(cast("Store", self), query, reset=resume_from is not None)
+            reset, store = resume_from is not None, cast("Store", self)  # the facade is one
+            return windowed(store, query, reset=reset, ends=window_ends(self._feed))
 
         def subscribe(
             observer: abc.ObserverBase[QueryFrame], scheduler: abc.SchedulerBase | None = None

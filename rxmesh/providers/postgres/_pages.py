@@ -1,15 +1,21 @@
 """Pages: the first nodes of a query in its window order, strictly after a given node, one
-bounded ``SELECT`` per partition (its content filter and the keyset condition in SQL), merged.
+bounded ``SELECT`` per partition (its content filter and the keyset condition in SQL), merged;
+and the end a window on this store meets when its change feed stays lost past the bound.
 """
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 from collections.abc import Sequence
+
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
 
 from rxmesh.model import MeshNode, NodeQuery, partition_of, validate_path
 from rxmesh.providers.postgres._connections import Connection, Connections
 from rxmesh.providers.postgres._errors import MISSING_SCHEMA
+from rxmesh.providers.postgres._feed import ChangeFeed, Outlasted
 from rxmesh.providers.postgres._filters import to_sql
 from rxmesh.providers.postgres._order import index_columns, order_sql
 from rxmesh.providers.postgres._rows import _stored_nodes_of
@@ -20,7 +26,7 @@ from rxmesh.providers.postgres._schema import (
     quote_identifier,
 )
 
-__all__ = ["Pages", "page_statement"]
+__all__ = ["Pages", "page_statement", "window_ends"]
 
 _PAGE_SETTINGS = _LIVE_SETTINGS + "; SET LOCAL plan_cache_mode = force_custom_plan"
 """A page's statement names its field paths as parameters; only a plan made for their values
@@ -57,6 +63,36 @@ def page_statement(
         f"SELECT {_LIVE_COLUMNS} FROM {table}{where} ORDER BY {order} LIMIT ${len(args)}",
         args,
     )
+
+
+def window_ends(feed: ChangeFeed) -> Observable[Exception]:
+    """What ends a window on this store, as it ends every live query of the store: a loss
+    of the change feed past ``feed_loss_bound`` (the window's own transient error). A
+    window opened while such a loss lasts gets the bound from its opening."""
+
+    def subscribe(
+        observer: abc.ObserverBase[Exception], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        def on_expired(event: Outlasted) -> None:
+            if event is feed.outlasted:  # else the feed came back meanwhile
+                observer.on_next(feed.stale_error(event))
+
+        subscription = feed.expired.subscribe(on_expired)
+        outlasted = feed.outlasted
+        later = (
+            None
+            if outlasted is None
+            else asyncio.get_running_loop().call_later(feed.loss_bound, on_expired, outlasted)
+        )
+
+        def dispose() -> None:
+            subscription.dispose()
+            if later is not None:
+                later.cancel()
+
+        return Disposable(dispose)
+
+    return Observable(subscribe)
 
 
 class Pages:

@@ -42,8 +42,13 @@ async def _frame_with(frames: Recorder[QueryFrame], path: str) -> QueryFrame:
     return await frames.next_matching(lambda f: path in [n.path for n in f.nodes], timeout=WAIT)
 
 
+@pytest.mark.parametrize(
+    "query",
+    [NodeQuery(partition="lq"), NodeQuery(partition="lq", limit=10)],
+    ids=["query", "window"],
+)
 async def test_a_live_query_ends_with_a_transient_error_once_its_feed_stays_lost(
-    pg_dsn: str, prefix: str
+    pg_dsn: str, prefix: str, query: NodeQuery
 ) -> None:
     """Fails at 1d389e8 because the live query neither ended nor said anything: its subscriber
     kept a view missing every later commit, for as long as the feed stayed lost. Now, past
@@ -61,7 +66,6 @@ async def test_a_live_query_ends_with_a_transient_error_once_its_feed_stays_lost
             **QUICK,
         )
         await store.start()
-        query = NodeQuery(partition="lq")
         try:
             await asyncio.wait_for(store.write(doc("lq/seed")), WAIT)
             frames: Recorder[QueryFrame] = Recorder(store.query(query))
