@@ -46,7 +46,7 @@ async def test_the_live_query_bench_runs_end_to_end_at_a_tiny_size(pg_dsn: str) 
         assert line["written"] > 0
         assert line["store_delivered"] == line["mesh_delivered"] == 1.0
         assert line["mesh_frames"] <= line["written"]
-    # two subscriptions, one shared re-select; two rounds timed, two in debug mode
-    assert gap["re_selects_per_gap"] == [1, 1, 1, 1]
+    # two subscriptions, one shared recovery read; two rounds timed, two in debug mode
+    assert gap["recovery_reads_per_gap"] == [1, 1, 1, 1]
     assert gap["mesh_ratio"] > 0 and gap["mesh_ratio_in_debug_mode"] > 0
     assert "worst_step_ms" in gap and gap["stall_limit_ms"] == 20.0
