@@ -86,7 +86,7 @@ def parse_payload(payload: object, prefix: str) -> tuple[list[Entry], int | None
         )
     schema, op, rows = decoded[:3]
     xid = decoded[3] if len(decoded) == 4 else None
-    if xid is not None and not (type(xid) is int and 0 <= xid <= _MAX_VERSION):
+    if len(decoded) == 4 and not (type(xid) is int and 0 <= xid <= _MAX_VERSION):
         raise MalformedNotificationError(f"xid {_shown(xid)} is not a transaction id")
     if not isinstance(schema, str) or not schema.startswith(prefix):
         raise MalformedNotificationError(

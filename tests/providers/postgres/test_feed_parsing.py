@@ -50,6 +50,7 @@ MALFORMED: list[tuple[object, str]] = [
     (_payload(SCHEMA, "upsert", [["p/a", 1]], 5, "extra"), "not a [schema, op, rows, xid] array"),
     (_payload(SCHEMA, "upsert", [["p/a", 1]], "extra"), "is not a transaction id"),
     (_payload(SCHEMA, "upsert", [["p/a", 1]], True), "is not a transaction id"),
+    (_payload(SCHEMA, "upsert", [["p/a", 1]], None), "is not a transaction id"),
     (_payload(SCHEMA, "upsert", [["p/a", 1]], -1), "is not a transaction id"),
     (_payload(SCHEMA, "upsert", [["p/a", 1]], 2**63), "is not a transaction id"),
     (_payload(SCHEMA, "upsert", [["p/a", 1]], 5.0), "is not a transaction id"),
