@@ -64,6 +64,7 @@ def retry_transient_connect(
     )
 
     def _retry(source: Observable[_T]) -> Observable[_T]:
+        # Each opening subscribes to the same cold source again: that is what a retry is.
         return resubscribing(lambda: source, ladder.decider, scheduler)
 
     return _retry
