@@ -22,11 +22,12 @@ running asyncio loop, never a thread timer inside an asyncio application (the as
 ``asyncio.sleep``). Bad arguments are refused when the operator is built (``TypeError``/
 ``ValueError`` naming the argument), not at subscribe time.
 
-The layout: ``_ladder`` the one definition of the retry ladder and the re-open schedule;
-``_retry_transient_connect``, ``_reopen_on_transient_fault`` and ``_fan_in`` the Rx operators
-(``_sink`` the subscriber's own ``on_next`` they share); ``_aio_drive`` with
-``_aio_retry_transient_connect`` and ``_aio_reopen_on_transient_fault`` the asyncio drivers
-:mod:`rxmesh.aio` exports.
+The layout: ``_ladder`` the one definition of the retry ladder and the re-open schedule (each
+run's rule, ``decide(fault, emitted)``, from its ``decider()``); ``_retry_transient_connect``,
+``_reopen_on_transient_fault`` and ``_fan_in`` the Rx operators, the first two on the one
+subscription loop of ``_resubscribe`` (``_sink`` the subscriber's own ``on_next``); the asyncio
+drivers :mod:`rxmesh.aio` exports, ``_aio_retry_transient_connect`` and
+``_aio_reopen_on_transient_fault``, on the one loop of ``_aio_drive``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The one loop behind the ladders' asyncio drivers: open, yield, and on a fault ask the rule.
 
 :func:`drive` holds no rule of its own. It opens the async iterable, yields every item exactly
-once, and when an opening fails it asks ``decide(fault, emitted)`` — a closure over
-:meth:`Ladder.step <rxmesh.operators.Ladder.step>` or
-:meth:`ReopenLadder.step <rxmesh.operators.ReopenLadder.step>` — for the delay before the
+once, and when an opening fails it asks ``decide(fault, emitted)`` — one run's
+:meth:`Ladder.decider <rxmesh.operators.Ladder.decider>` or
+:meth:`ReopenLadder.decider <rxmesh.operators.ReopenLadder.decider>` — for the delay before the
 next opening, or ``None`` to raise the fault itself, unchanged.
 """
 
@@ -16,14 +16,11 @@ from typing import TypeVar
 
 from reactivex import abc
 
-from rxmesh.operators._ladder import scheduler_sleep
+from rxmesh.operators._ladder import Decide, scheduler_sleep
 
-__all__ = ["Decide", "drive"]
+__all__ = ["drive"]
 
 T = TypeVar("T")
-
-Decide = Callable[[Exception, bool], float | None]
-"""``decide(fault, emitted)``: seconds to wait before the next opening, or ``None`` to give up."""
 
 
 @dataclass(slots=True)

@@ -117,14 +117,7 @@ def reopen_on_transient_fault_async(
     )
 
     def watch(factory: Callable[[], AsyncIterable[T]]) -> AsyncIterator[T]:
-        consecutive = 0  # per watch: each has its own count
-
-        def decide(fault: Exception, emitted: bool) -> float | None:
-            nonlocal consecutive
-            consecutive, delay = schedule.step(fault, consecutive, emitted=emitted)
-            return delay
-
-        return drive(factory, decide, scheduler)
+        return drive(factory, schedule.decider(), scheduler)  # each watch its own count
 
     if open is not None:
         return watch(open)

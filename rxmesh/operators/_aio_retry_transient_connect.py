@@ -79,15 +79,8 @@ def retry_transient_connect_async(
 
         @functools.wraps(func)
         def iterate(*args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
-            retries = 0  # per iteration: a budget shared across iterations is a bug
-
-            def decide(error: Exception, emitted: bool) -> float | None:
-                nonlocal retries
-                delay = ladder.step(error, retries, emitted=emitted)
-                retries += 1
-                return delay
-
-            return drive(lambda: func(*args, **kwargs), decide, scheduler)
+            # Each iteration its own budget (a fresh decider).
+            return drive(lambda: func(*args, **kwargs), ladder.decider(), scheduler)
 
         return iterate
 

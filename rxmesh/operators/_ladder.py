@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_REOPEN_BACKOFF",
     "DEFAULT_RETRY_DELAYS",
     "NO_JITTER",
+    "Decide",
     "Ladder",
     "OnReopen",
     "OnRetry",
@@ -70,6 +71,11 @@ NO_JITTER = 0.0
 
 Random = Callable[[], float]
 """A source of uniform draws in ``[0, 1]`` (``random.random`` unless one is injected)."""
+
+Decide = Callable[[Exception, bool], float | None]
+"""``decide(fault, emitted)``: one run's rule, as the drivers ask it: seconds to wait before the
+next opening, or ``None`` to give up (``emitted``: whether the opening that failed delivered
+anything). :meth:`Ladder.decider` and :meth:`ReopenLadder.decider` make one per run."""
 
 _scale: float | None = None  # set by rxmesh.testing.set_testing: every wait is multiplied by it
 
@@ -242,6 +248,19 @@ class Ladder:
             self.on_retry(error, attempt, delay)
         return delay
 
+    def decider(self) -> Decide:
+        """A fresh :data:`Decide` for one run (one subscription, one iteration) that counts that
+        run's retries: a budget shared across runs is a bug."""
+        retries = 0
+
+        def decide(error: Exception, emitted: bool) -> float | None:
+            nonlocal retries
+            delay = self.step(error, retries, emitted=emitted)
+            retries += 1
+            return delay
+
+        return decide
+
     async def call(
         self,
         work: Callable[[], Awaitable[T]],
@@ -347,3 +366,15 @@ class ReopenLadder:
         if self.on_reopen is not None:
             self.on_reopen(fault, n, delay)
         return n, delay
+
+    def decider(self) -> Decide:
+        """A fresh :data:`Decide` for one watch that keeps that watch's consecutive count: each
+        watch has its own."""
+        consecutive = 0
+
+        def decide(fault: Exception, emitted: bool) -> float | None:
+            nonlocal consecutive
+            consecutive, delay = self.step(fault, consecutive, emitted=emitted)
+            return delay
+
+        return decide

@@ -8,17 +8,10 @@ fault: re-reading a defect would only repeat it on a timer.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import (
-    CompositeDisposable,
-    Disposable,
-    SerialDisposable,
-    SingleAssignmentDisposable,
-)
 
-from rxmesh._util.scheduling import resolve_scheduler
 from rxmesh.faults import is_standing_watch_transient
 from rxmesh.operators._ladder import (
     DEFAULT_MAX_CONSECUTIVE_REOPENS,
@@ -29,7 +22,7 @@ from rxmesh.operators._ladder import (
     ReopenLadder,
     require_callable,
 )
-from rxmesh.operators._sink import direct_sink
+from rxmesh.operators._resubscribe import resubscribing
 
 __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_REOPENS",
@@ -96,81 +89,10 @@ def reopen_on_transient_fault(
         random=random,
     )
 
-    def subscribe(
-        observer: abc.ObserverBase[_T], subscribe_scheduler: abc.SchedulerBase | None = None
-    ) -> abc.DisposableBase:
-        # Per-subscription state: each watch has its own count and its own "emitted" flag.
-        consecutive = 0
-        emitted = False  # by the current opening
-        disposed = False
-        upstream = SerialDisposable()
-        timer = SerialDisposable()
-        # The subscriber's own function behind the stopped check its AutoDetachObserver makes:
-        # this call replaces that one instead of adding to it (rxmesh/operators/_sink.py).
-        owner, sink = direct_sink(observer)
+    def opened() -> abc.ObservableBase[_T]:
+        source = open()
+        if not isinstance(source, abc.ObservableBase):
+            raise TypeError(f"open() must return an observable, got {type(source).__name__}")
+        return source
 
-        def on_next(value: _T) -> None:
-            nonlocal emitted
-            if owner.is_stopped:
-                return
-            emitted = True
-            sink(value)
-
-        def on_error(fault: Exception) -> None:
-            nonlocal consecutive
-            if disposed:
-                return
-            try:
-                consecutive, delay = schedule.step(fault, consecutive, emitted=emitted)
-            except Exception as defect:  # noqa: BLE001 - forwarded: classifier or hook broken
-                observer.on_error(defect)
-                return
-            if delay is None:
-                observer.on_error(fault)
-                return
-            if disposed:  # on_reopen may have disposed the watch
-                return
-            when = resolve_scheduler(scheduler, subscribe_scheduler)
-            # A timer takes its slot before it is set: a thread timer can fire, its opening fail
-            # and set the next timer before ``schedule_relative`` returns; this handle stored after
-            # that would cancel the next one.
-            wait = SingleAssignmentDisposable()
-            timer.disposable = wait
-            wait.disposable = when.schedule_relative(delay, reopen)
-
-        def reopen(_: abc.SchedulerBase, __: Any = None) -> None:
-            if not disposed:
-                open_once()
-
-        def open_once() -> None:
-            nonlocal emitted
-            emitted = False
-            try:
-                source = open()
-                if not isinstance(source, abc.ObservableBase):
-                    raise TypeError(
-                        f"open() must return an observable, got {type(source).__name__}"
-                    )
-            except Exception as exc:  # noqa: BLE001 - not swallowed: a fault of this opening, judged
-                on_error(exc)
-                return
-            # Each opening takes its slot before the subscribe call: an opening that fails inside
-            # that call can be re-opened before the call returns (a zero delay on a synchronous
-            # scheduler or a thread timer), and then the newer opening owns ``upstream``; storing
-            # the older one after it would dispose the live one.
-            opening = SingleAssignmentDisposable()
-            upstream.disposable = opening
-            opening.disposable = source.subscribe(
-                on_next, on_error, observer.on_completed, scheduler=subscribe_scheduler
-            )
-
-        def dispose() -> None:
-            nonlocal disposed
-            disposed = True
-
-        # ``disposed`` is set first, so a timer racing the disposal never re-opens.
-        subscription = CompositeDisposable(Disposable(dispose), timer, upstream)
-        open_once()
-        return subscription
-
-    return Observable(subscribe)
+    return resubscribing(opened, schedule.decider, scheduler)
