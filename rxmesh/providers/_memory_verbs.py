@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from rxmesh.exceptions import StoreConflictError, StoreVersionConflictError
 from rxmesh.model import MeshNode, NodeChange, partition_of
+from rxmesh.providers._memory_positions import ChangePositions
 
 __all__ = ["MemoryVerbs", "WriteAttempt", "own_write", "version_conflict"]
 
@@ -71,6 +72,7 @@ class MemoryVerbs:
     _name: str
     _partitions: dict[str, dict[str, MeshNode]]
     _conflicts: int
+    _positions: ChangePositions
     write_log: list[WriteAttempt]
 
     def _get(self, path: str) -> MeshNode | None:
@@ -79,7 +81,7 @@ class MemoryVerbs:
     def _upsert(self, node: MeshNode) -> NodeChange:
         raise NotImplementedError
 
-    def _publish(self, changes: Sequence[NodeChange]) -> None:
+    def _publish(self, changes: Sequence[NodeChange], last: int) -> None:
         raise NotImplementedError
 
     def _conflict(self, path: str, existing: MeshNode, what: str) -> StoreConflictError:
@@ -134,7 +136,8 @@ class MemoryVerbs:
                 changed["request_id"] = request_id
             stored = existing.model_copy(update=changed)
             change = self._upsert(stored)
-        self._publish([change])
+            last = self._positions.current
+        self._publish([change], last)
         return stored
 
     async def delete(
@@ -155,12 +158,15 @@ class MemoryVerbs:
                 return False
             self._check_basis(path, existing, expected_version, expected_request_id)
             del table[path]
+            self._positions.removed(path)
+            last = self._positions.current
         self._publish(
             [
                 NodeChange.model_construct(
                     source=self._name, op="delete", path=path, version=existing.version
                 )
-            ]
+            ],
+            last,
         )
         return True
 
@@ -197,6 +203,7 @@ class MemoryVerbs:
             if taken is not None:
                 raise self._conflict(target, taken, f"move of '{source}' refused")
             del self._partitions[partition_of(source)][source]
+            self._positions.removed(source)
             changed: dict[str, object] = {"path": target, "version": existing.version + 1}
             if request_id is not None:
                 changed["request_id"] = request_id
@@ -205,5 +212,6 @@ class MemoryVerbs:
                 source=self._name, op="delete", path=source, version=existing.version
             )
             change = self._upsert(moved)
-        self._publish([removal, change])
+            last = self._positions.current
+        self._publish([removal, change], last)
         return moved

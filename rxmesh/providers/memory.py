@@ -4,7 +4,9 @@ Same contract as the real store (see :mod:`rxmesh.providers._store`), with no ne
 coroutine verbs (each call one attempt), ``None``
 only for a clean absence, insert-if-absent writes that recognise their own ``request_id``, bulk
 writes in windows per partition, live queries (an Initial, then a Delta per matching commit), and
-the hot ``changes`` / ``gaps`` / ``answers_again`` streams.
+the hot ``changes`` / ``gaps`` / ``answers_again`` streams. Every change takes the next number of
+the store's change order (its commits are serialised under its lock), so a live query can be
+resumed from the token of any frame it gave (:mod:`._memory_positions`).
 
 A verb's coroutine never suspends; a stream emits synchronously at subscription time (still lazy:
 nothing happens before ``subscribe``). Mutations hold a lock; streams are fed after it is
@@ -28,6 +30,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 from reactivex.subject import Subject
 
+from rxmesh._util.arguments import at_least
 from rxmesh._util.trusted import fields_of, trusted
 from rxmesh.exceptions import StoreConflictError
 from rxmesh.instrumentation import _seam as _instrumentation
@@ -42,7 +45,8 @@ from rxmesh.model import (
     WindowCommitted,
     partition_of,
 )
-from rxmesh.providers._memory_live import live_query
+from rxmesh.providers._memory_live import Commit, live_query
+from rxmesh.providers._memory_positions import DEFAULT_TOMBSTONE_RETENTION, ChangePositions
 from rxmesh.providers._memory_verbs import MemoryVerbs, WriteAttempt
 from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
 from rxmesh.providers._window import windowed
@@ -67,6 +71,9 @@ class InMemoryStoreStatistics:
     changes_published: int
     gaps_declared: int
     live_queries: int
+    position: int = 0
+    tombstones: int = 0
+    horizon: int = 0
 
 
 def _hot(subject: Subject[_T]) -> Observable[_T]:
@@ -85,6 +92,8 @@ class InMemoryStore(MemoryVerbs):
 
     Args:
         name: the printable name used in logs, frames and evidence (``"memory"``).
+        tombstone_retention: deletions remembered for resumed live queries (the oldest are
+            forgotten first; a token older than the newest one forgotten answers a reset).
 
     Attributes:
         write_log: every write-type operation attempted, as :class:`WriteAttempt` entries, in order
@@ -98,11 +107,15 @@ class InMemoryStore(MemoryVerbs):
         1
     """
 
-    def __init__(self, name: str = "memory") -> None:
+    def __init__(
+        self, name: str = "memory", *, tombstone_retention: int = DEFAULT_TOMBSTONE_RETENTION
+    ) -> None:
+        at_least("tombstone_retention", tombstone_retention, 0)
         self._name = name
         self._lock = threading.RLock()
         self._partitions: dict[str, dict[str, MeshNode]] = {}
-        self._commits: Subject[tuple[NodeChange, ...]] = Subject()
+        self._positions = ChangePositions(tombstone_retention)
+        self._commits: Subject[Commit] = Subject()
         self._changes: Subject[NodeChange] = Subject()
         self._gaps: Subject[ChangeFeedGap] = Subject()
         self._answers: Subject[StoreEvidence] = Subject()
@@ -137,6 +150,9 @@ class InMemoryStore(MemoryVerbs):
                 changes_published=self._published,
                 gaps_declared=self._gaps_declared,
                 live_queries=self._live_queries,
+                position=self._positions.current,
+                tombstones=self._positions.tombstones,
+                horizon=self._positions.horizon,
             )
 
     def nodes(self, partition: str | None = None) -> list[MeshNode]:
@@ -216,13 +232,15 @@ class InMemoryStore(MemoryVerbs):
 
     # -- writes -------------------------------------------------------------------------------
 
-    def _publish(self, changes: Sequence[NodeChange]) -> None:
+    def _publish(self, changes: Sequence[NodeChange], last: int) -> None:
+        """Publish one commit, after the lock; ``last``: its last change's number, read under
+        the lock that made it (another commit may have been made since)."""
         if not changes:
             return
         batch = tuple(changes)
         with self._lock:
             self._published += len(batch)
-        self._commits.on_next(batch)
+        self._commits.on_next((last, batch))
         for change in batch:
             self._changes.on_next(change)
         # Built without re-validation: every field comes from a row this store just validated.
@@ -237,6 +255,7 @@ class InMemoryStore(MemoryVerbs):
 
     def _upsert(self, node: MeshNode) -> NodeChange:
         self._partitions.setdefault(node.partition, {})[node.path] = node
+        self._positions.changed(node.path)
         return trusted(
             NodeChange,
             {
@@ -275,7 +294,8 @@ class InMemoryStore(MemoryVerbs):
             # A node the mesh stamped has its version (>= 1) already: kept as is (frozen).
             stored = node if node.version >= 1 else node.model_copy(update={"version": 1})
             change = self._upsert(stored)
-        self._publish([change])
+            last = self._positions.current
+        self._publish([change], last)
         return stored
 
     def write_many(
@@ -327,21 +347,34 @@ class InMemoryStore(MemoryVerbs):
                 stored = node if node.version >= 1 else node.model_copy(update={"version": 1})
                 changes.append(self._upsert(stored))
             self._windows += 1
-        self._publish(changes)
+            last = self._positions.current
+        self._publish(changes, last)
         return changes
 
     # -- live queries -------------------------------------------------------------------------
 
-    def _snapshot(self, query: NodeQuery) -> list[MeshNode]:
+    def _snapshot(self, query: NodeQuery) -> tuple[int, list[MeshNode]]:
         with self._lock:
             self._reads += 1
-            return [
+            rows = [
                 node
                 for name, table in self._partitions.items()
                 if query.partition is None or name == query.partition
                 for node in table.values()
                 if query.matches(node)
             ]
+            return self._positions.current, rows
+
+    def _resume(
+        self, query: NodeQuery, token: str
+    ) -> tuple[int, list[MeshNode], list[str], list[MeshNode]] | None:
+        with self._lock:
+            since = self._positions.position(token)
+            if since is None:
+                return None
+            changed, removed = self._positions.since(query, since, self._get)
+            at, rows = self._snapshot(query)
+            return at, changed, removed, rows
 
     def _live_query_opened(self, delta: int) -> None:
         with self._lock:
@@ -373,18 +406,25 @@ class InMemoryStore(MemoryVerbs):
         """An Initial frame (every match, ordered by path), then one Delta per commit that
         changes the result (rows now matching in ``nodes``, rows no longer matching in
         ``removed``; a match includes the query's content filter, ``where``). A move inside the
-        result is one Delta. Never completes by itself. ``resume_from``: the Initial is marked
-        ``reset`` (this store keeps no change history to resume from). A query
-        with ``order_by`` or ``limit`` is an ordered window (docs/live-queries.md, "Ordered
-        windows"): its frames come on the running asyncio loop, its Initial in the window's
-        order."""
+        result is one Delta. Never completes by itself.
+
+        Every frame carries the ``resume_token`` of the store's change order after it. With
+        ``resume_from`` (a token of a frame of this store) the first frame is a Delta marked
+        ``resumed``: the matching nodes changed since, and the paths removed since (deleted,
+        moved away, or no longer matching); a token this store cannot resume from (another
+        store's, malformed, older than the tombstones it keeps, or ahead of it) gets an Initial
+        marked ``reset`` instead, never an error. A query with ``order_by`` or ``limit`` is an
+        ordered window (docs/live-queries.md, "Ordered windows"): its frames come on the
+        running asyncio loop, its Initial in the window's order."""
         if query.limit is not None or query.order_by:
             return windowed(self, query, reset=resume_from is not None)
         return live_query(
             query,
-            reset=resume_from is not None,
+            resume_from=resume_from,
             commits=self._commits,
             snapshot=self._snapshot,
+            resume=self._resume,
+            token=self._positions.token,
             opened=self._live_query_opened,
             provider=self._name,
         )

@@ -81,8 +81,9 @@ def test_the_view_always_equals_the_matching_nodes(
     initial: dict[str, dict[str, object]], batches: list[list[tuple[str, str, object]]]
 ) -> None:
     state = {path: MeshNode(path=path, content=content) for path, content in initial.items()}
-    subject: Subject[tuple[NodeChange, ...]] = Subject()
+    subject: Subject[tuple[int, tuple[NodeChange, ...]]] = Subject()
     view: dict[str, MeshNode] = {}
+    numbered = 0
 
     def on_frame(frame: QueryFrame) -> None:
         if frame.kind is FrameKind.INITIAL:
@@ -94,7 +95,9 @@ def test_the_view_always_equals_the_matching_nodes(
     live_query(
         QUERY,
         commits=subject,
-        snapshot=lambda q: [n for n in state.values() if q.matches(n)],
+        snapshot=lambda q: (0, [n for n in state.values() if q.matches(n)]),
+        resume=lambda q, t: None,
+        token=str,
         opened=lambda _: None,
         provider="memory",
     ).subscribe(on_frame)
@@ -107,5 +110,6 @@ def test_the_view_always_equals_the_matching_nodes(
             else:
                 state.pop(path, None)
                 changes.append(NodeChange(source="m", op="delete", path=path))
-        subject.on_next(tuple(changes))
+        numbered += len(changes)
+        subject.on_next((numbered, tuple(changes)))
         assert view == {p: n for p, n in state.items() if QUERY.matches(n)}
