@@ -70,6 +70,12 @@ def fan_in(
     Deltas are forwarded unchanged except that a frame without ``provider`` gets the provider's
     name stamped on it.
 
+    Resume tokens (docs/live-queries.md, "Resume tokens"): with ONE provider the merged Initial
+    keeps that provider's ``resume_token`` and ``reset``, deltas keep theirs, and a resumed
+    Delta as the provider's first frame opens the gate and is forwarded as is. With several
+    providers no single position describes the merge, so every frame's ``resume_token`` is
+    ``None`` (a resume needs one store's position).
+
     Args:
         providers: provider name -> cold stream of frames. Names appear in errors and frames.
         initial_budget: seconds allowed for every Initial (a finite number > 0).
@@ -98,6 +104,8 @@ def fan_in(
         # an ordered one is forwarded without building and re-sorting a merge of it.
         as_sent: dict[str, tuple[MeshNode, ...]] = {}
         silent: set[str] = set()
+        lone_name = names[0] if len(names) == 1 else None
+        position: dict[str, tuple[str | None, bool]] = {}  # the lone Initial's token and reset
         completed: set[str] = set()
         gate_open = False
         done = False
@@ -138,6 +146,7 @@ def fan_in(
             named = tuple(name for name in names if name in silent)
             snapshots.clear()
             as_sent.clear()
+            token, reset = position.get(names[0], (None, False)) if lone_name else (None, False)
             # Built without re-validating the nodes: each is a MeshNode already.
             observer.on_next(
                 QueryFrame.model_construct(
@@ -145,6 +154,8 @@ def fan_in(
                     nodes=ordered,
                     silent_providers=named,
                     snapshot_incomplete=bool(named),
+                    resume_token=token,
+                    reset=reset,
                 )
             )
             complete_if_done()
@@ -191,17 +202,38 @@ def fan_in(
             )
             silent.add(name)
 
+        def forward(name: str, frame: QueryFrame) -> None:
+            update: dict[str, object] = {}
+            if frame.provider is None:
+                update["provider"] = name
+            if lone_name is None and frame.resume_token is not None:
+                update["resume_token"] = None  # one store's position is not the merge's
+            observer.on_next(frame.model_copy(update=update) if update else frame)
+
+        def resumed_first(name: str, frame: QueryFrame) -> None:
+            """The lone provider resumed: its Delta is the answer, the gate opens on it."""
+            nonlocal gate_open
+            gate_open = True
+            timer.dispose()
+            snapshots.clear()
+            as_sent.clear()
+            forward(name, frame)
+            complete_if_done()
+
         def observe(name: str) -> abc.DisposableBase:
             def on_next(frame: QueryFrame) -> None:
                 with lock:
                     if done:
                         return
                     if gate_open:
-                        if frame.provider is None:
-                            frame = frame.model_copy(update={"provider": name})
-                        observer.on_next(frame)
+                        forward(name, frame)
                         return
                     snapshot = snapshots.get(name)
+                    if frame.kind is FrameKind.INITIAL:
+                        position[name] = (frame.resume_token, frame.reset)
+                    elif name == lone_name and frame.resumed and snapshot is None:
+                        resumed_first(name, frame)
+                        return
                     if snapshot is None:
                         if frame.kind is not FrameKind.INITIAL:
                             violation(name, "sent a Delta before its Initial")
@@ -226,6 +258,9 @@ def fan_in(
                             silent.add(name)
                     else:
                         _fold(snapshot_of(name), frame)
+                        # The lone Initial's position now includes this Delta.
+                        held = position.get(name, (None, False))
+                        position[name] = (frame.resume_token, held[1])
 
             def on_error(error: Exception) -> None:
                 with lock:
