@@ -16,6 +16,11 @@ see :class:`QuerySnapshot`), so a delta costs O(change); the ordered Initial is 
 when a late subscriber joins. A chain nobody listens to does no work: while it waits out its idle
 grace it only queues the frames (bounded), and folds them if somebody joins again.
 
+Resumes: ``get(query, resume_from=token)`` is answered by the shared chain when its latest frame
+carries exactly that token (a resumed, empty Delta, then the chain's frames); otherwise by a
+private upstream opened with ``open_resumed(query, token)``, which is neither shared nor cached:
+only the store can say what changed since a position the chain has moved past (or never held).
+
 The layout: this module is the cache; ``_snapshot`` folds a live query's frames into the
 snapshot a late subscriber starts from, one delta at a time.
 """
@@ -38,7 +43,7 @@ from rxmesh.exceptions import MeshDisposedError
 from rxmesh.faults import is_store_unreachable
 from rxmesh.instrumentation import _events
 from rxmesh.instrumentation import _seam as _instrumentation
-from rxmesh.model import QueryFrame
+from rxmesh.model import FrameKind, QueryFrame
 
 __all__ = ["CacheStatistics", "SyncedQueryCache", "fold_query_frames"]
 
@@ -66,6 +71,8 @@ class CacheStatistics:
         releases: chains released after their idle grace (or at once when evicted and idle).
         folded: frames folded into a replayed state (the per-delta work of the cache).
         deferred: frames an idle chain queued instead of folding them.
+        resumed_on_chain: resumes answered by a shared chain at exactly that token.
+        resumed_upstreams: resumes answered by a private upstream (``open_resumed``).
     """
 
     entries: int
@@ -75,6 +82,8 @@ class CacheStatistics:
     releases: int
     folded: int = 0
     deferred: int = 0
+    resumed_on_chain: int = 0
+    resumed_upstreams: int = 0
 
 
 def fold_query_frames(state: QueryFrame, frame: QueryFrame) -> QueryFrame:
@@ -89,6 +98,33 @@ def fold_query_frames(state: QueryFrame, frame: QueryFrame) -> QueryFrame:
     snapshot = QuerySnapshot(state)
     snapshot.fold(frame)
     return snapshot.value()
+
+
+_REPLAY = object()
+"""``_join``'s ``first`` for a plain subscriber: the chain's replayed state."""
+
+
+class _MarkedReset(abc.ObserverBase[T]):
+    """Marks the first frame ``reset`` (a resume joined to a chain that has no frame yet)."""
+
+    __slots__ = ("_marked", "_observer")
+
+    def __init__(self, observer: abc.ObserverBase[T]) -> None:
+        self._observer = observer
+        self._marked = False
+
+    def on_next(self, value: T) -> None:
+        if not self._marked:
+            self._marked = True
+            if isinstance(value, QueryFrame) and value.kind is FrameKind.INITIAL:
+                value = cast(T, value.model_copy(update={"reset": True}))
+        self._observer.on_next(value)
+
+    def on_error(self, error: Exception) -> None:
+        self._observer.on_error(error)
+
+    def on_completed(self) -> None:
+        self._observer.on_completed()
 
 
 class _Chain(Generic[T]):
@@ -107,6 +143,7 @@ class _Chain(Generic[T]):
         "snapshot",
         "state",
         "terminated",
+        "token",
         "upstream",
     )
 
@@ -117,6 +154,8 @@ class _Chain(Generic[T]):
         self.latest: Any = None
         self.state: QuerySnapshot | None = None
         self.has_value = False
+        self.token: str | None = None
+        """The ``resume_token`` of the latest frame from upstream (folded or not)."""
         self.evicted = False
         self.terminated = False
         self.idle = False
@@ -153,6 +192,8 @@ class SyncedQueryCache(Generic[Q, T]):
       rows or the snapshot, whichever is larger.
     - :meth:`dispose` releases every chain at once (their subscribers complete) and refuses
       later subscriptions with :class:`~rxmesh.exceptions.MeshDisposedError`.
+    - ``get(query, resume_from=token)``: see the module ("Resumes"). Without ``open_resumed``
+      a token the chain is not at gets the chain's snapshot marked ``reset``.
 
     Args:
         open_query: builds the (cold) upstream of one query, e.g. a :func:`fan_in` of providers.
@@ -162,6 +203,8 @@ class SyncedQueryCache(Generic[Q, T]):
         replay: how the replayed value follows the frames, ``replay(state, frame) -> state``;
             ``None`` replays the latest frame. :func:`fold_query_frames` replays a snapshot
             (kept incrementally, see :class:`QuerySnapshot`).
+        open_resumed: builds a private upstream resumed from a token,
+            ``open_resumed(query, token)`` (e.g. ``lambda q, t: mesh.query(q, resume_from=t)``).
 
     Example:
         >>> cache = SyncedQueryCache(lambda q: fan_in(providers_for(q)))  # doctest: +SKIP
@@ -175,6 +218,7 @@ class SyncedQueryCache(Generic[Q, T]):
         idle_grace: float = DEFAULT_IDLE_GRACE,
         scheduler: abc.SchedulerBase | None = None,
         replay: Callable[[T, T], T] | None = None,
+        open_resumed: Callable[[Q, str], Observable[T]] | None = None,
     ) -> None:
         if not callable(open_query):
             raise TypeError(f"open_query must be callable, got {type(open_query).__name__}")
@@ -186,7 +230,12 @@ class SyncedQueryCache(Generic[Q, T]):
             )
         if replay is not None and not callable(replay):
             raise TypeError(f"replay must be callable, got {type(replay).__name__}")
+        if open_resumed is not None and not callable(open_resumed):
+            raise TypeError(f"open_resumed must be callable, got {type(open_resumed).__name__}")
         self._open_query = open_query
+        self._open_resumed = open_resumed
+        self._resumed_on_chain = 0
+        self._resumed_upstreams = 0
         self._idle_grace = float(idle_grace)
         self._scheduler = scheduler
         self._replay = replay
@@ -203,16 +252,44 @@ class SyncedQueryCache(Generic[Q, T]):
         self._chains: dict[int, _Chain[T]] = {}
         """Every chain not yet released or terminated (evicted ones included), by id."""
 
-    def get(self, query: Q) -> Observable[T]:
-        """The live, shared stream of ``query`` (lazy: nothing opens until a subscription)."""
+    def get(self, query: Q, resume_from: str | None = None) -> Observable[T]:
+        """The live, shared stream of ``query`` (lazy: nothing opens until a subscription);
+        with ``resume_from``, resumed from that token (see the module, "Resumes")."""
         hash(query)  # refuse an unhashable query here, not at subscribe time
 
         def subscribe(
             observer: abc.ObserverBase[T], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
-            return self._join(query, observer, scheduler)
+            if resume_from is None:
+                return self._join(query, observer, scheduler, first=_REPLAY)
+            return self._resume(query, resume_from, observer, scheduler)
 
         return Observable(subscribe)
+
+    def _resume(
+        self,
+        query: Q,
+        token: str,
+        observer: abc.ObserverBase[T],
+        scheduler: abc.SchedulerBase | None,
+    ) -> abc.DisposableBase:
+        with self._lock:
+            chain = self._entries.get(query)
+            if chain is not None and not self._disposed and chain.token == token:
+                # The chain stands exactly there: nothing changed since, and the chain goes on.
+                self._resumed_on_chain += 1
+                here = QueryFrame(kind=FrameKind.DELTA, resume_token=token, resumed=True)
+                return self._join(query, observer, scheduler, first=here)
+            if self._open_resumed is None or self._disposed:
+                return self._join(query, observer, scheduler, first=None)
+            self._resumed_upstreams += 1
+        # Not shared, not cached: what changed since the token is this subscriber's alone.
+        try:
+            private = self._open_resumed(query, token)
+        except Exception as exc:  # noqa: BLE001 - delivered as the subscription's error
+            observer.on_error(exc)
+            return Disposable()
+        return private.subscribe(observer, scheduler=scheduler)
 
     def statistics(self) -> CacheStatistics:
         """A frozen snapshot of the cache's counters."""
@@ -225,6 +302,8 @@ class SyncedQueryCache(Generic[Q, T]):
                 releases=self._releases,
                 folded=self._folded,
                 deferred=self._deferred,
+                resumed_on_chain=self._resumed_on_chain,
+                resumed_upstreams=self._resumed_upstreams,
             )
 
     def dispose(self) -> None:
@@ -249,7 +328,12 @@ class SyncedQueryCache(Generic[Q, T]):
         query: Q,
         observer: abc.ObserverBase[T],
         scheduler: abc.SchedulerBase | None,
+        *,
+        first: object = None,
     ) -> abc.DisposableBase:
+        """Join ``query``'s chain. ``first``: what the subscriber gets before the chain's
+        frames: the replayed state (``_REPLAY``), that very value, or (``None``) the replayed
+        state marked ``reset`` (a resume the cache cannot answer otherwise)."""
         with self._lock:
             if self._disposed:
                 observer.on_error(MeshDisposedError("the synced-query cache was disposed"))
@@ -266,8 +350,15 @@ class SyncedQueryCache(Generic[Q, T]):
                 backlog, chain.backlog, chain.backlog_rows = chain.backlog, [], 0
                 for value in backlog:
                     self._remember(chain, value)
-            if chain.has_value:
-                observer.on_next(chain.replayed())
+            if first is not _REPLAY and first is not None:
+                observer.on_next(cast(T, first))
+            elif chain.has_value:
+                replayed = chain.replayed()
+                if first is None and isinstance(replayed, QueryFrame):
+                    replayed = cast(T, replayed.model_copy(update={"reset": True}))
+                observer.on_next(replayed)
+            elif first is None:
+                observer = _MarkedReset(observer)
             token = self._next_token
             self._next_token += 1
             chain.observers[token] = observer
@@ -323,6 +414,7 @@ class SyncedQueryCache(Generic[Q, T]):
             with self._lock:
                 if chain.terminated:
                     return
+                chain.token = getattr(value, "resume_token", None)
                 silent = getattr(value, "silent_providers", None)
                 if chain.idle and not silent:
                     self._defer(chain, value)

@@ -22,13 +22,15 @@ class QuerySnapshot:
     added since into the kept order (a linear merge, not a re-sort of everything).
     """
 
-    __slots__ = ("_added", "_nodes", "_order", "_removed", "_template", "_value")
+    __slots__ = ("_added", "_nodes", "_order", "_removed", "_template", "_token", "_value")
 
     def __init__(self, frame: QueryFrame) -> None:
         self._reset(frame)
 
     def _reset(self, frame: QueryFrame) -> None:
         self._value: QueryFrame | None = frame
+        self._token = frame.resume_token
+        """The latest folded frame's token: where the materialised snapshot stands."""
         self._added: list[str] = []
         self._removed = 0
         self._template: QueryFrame | None = None
@@ -65,6 +67,7 @@ class QuerySnapshot:
             if node.path not in nodes:
                 self._added.append(node.path)
             nodes[node.path] = node
+        self._token = frame.resume_token
         self._value = None
 
     def size(self) -> int:
@@ -74,7 +77,8 @@ class QuerySnapshot:
         return len(self._nodes)
 
     def value(self) -> QueryFrame:
-        """The snapshot as one Initial ordered by path (the state's other fields kept)."""
+        """The snapshot as one Initial ordered by path, at the latest frame's ``resume_token``
+        (the state's other fields kept)."""
         if self._value is not None:
             return self._value
         assert self._template is not None  # only a fold of a Delta into an Initial clears it
@@ -91,6 +95,9 @@ class QuerySnapshot:
                 order.sort()  # two ordered runs: timsort merges them in linear time
         self._order, self._added, self._removed = order, [], 0
         self._value = self._template.model_copy(
-            update={"nodes": PathOrdered.of_sorted(nodes[path] for path in order)}
+            update={
+                "nodes": PathOrdered.of_sorted(nodes[path] for path in order),
+                "resume_token": self._token,
+            }
         )
         return self._value

@@ -127,7 +127,10 @@ class Mesh(Watching, BulkInProcess):
         self._move = Move(core, partitions, pending, arm)
         self._initial_budget = initial_budget
         self.queries: SyncedQueryCache[NodeQuery, QueryFrame] = SyncedQueryCache(
-            self.query, replay=fold_query_frames, scheduler=scheduler
+            self.query,
+            replay=fold_query_frames,
+            scheduler=scheduler,
+            open_resumed=lambda query, token: self.query(query, resume_from=token),
         )
         self._disposed = False
         self.recovery: PendingWriteRecovery | None = None
@@ -205,29 +208,36 @@ class Mesh(Watching, BulkInProcess):
 
     # ------------------------------------------------------------------ queries
 
-    def query(self, query: NodeQuery) -> Observable[QueryFrame]:
+    def query(self, query: NodeQuery, resume_from: str | None = None) -> Observable[QueryFrame]:
         """A live query (Initial, then deltas), cold: each subscription opens its own upstream.
 
         The store's stream goes through :func:`~rxmesh.operators.fan_in`: the retry ladder before
         its Initial, and the Initial gate as a bound (``QueryProviderStalledError`` naming the
-        store after ``initial_budget`` seconds).
+        store after ``initial_budget`` seconds). Every frame carries the store's
+        ``resume_token``; with ``resume_from`` the first frame is a Delta of what changed since
+        (``resumed``) or an Initial marked ``reset`` (docs/live-queries.md, "Resume tokens").
         """
         self._check_open()
         return fan_in(
-            {self.store.name: self.store.query(query)},
+            {self.store.name: self.store.query(query, resume_from)},
             initial_budget=self._initial_budget,
             query=query,
             scheduler=self._core.scheduler,
         )
 
-    def live(self, query: NodeQuery) -> Observable[QueryFrame]:
+    def live(self, query: NodeQuery, resume_from: str | None = None) -> Observable[QueryFrame]:
         """A shared live query from the mesh's :class:`~rxmesh.cache.SyncedQueryCache`.
 
         One upstream per distinct query; a late subscriber first gets the current snapshot; a
         chain that faulted is evicted, so asking again opens a fresh upstream.
+
+        With ``resume_from``: when the shared chain's latest frame carries exactly that token,
+        a resumed empty Delta, then the shared chain; otherwise a private upstream resumed from
+        the token (:meth:`query` with ``resume_from``), neither shared nor cached, since only
+        the store can say what changed since a position the chain is not at.
         """
         self._check_open()
-        return self.queries.get(query)
+        return self.queries.get(query, resume_from)
 
     # ------------------------------------------------------------------ node operations
 

@@ -29,8 +29,10 @@ def doc(path: str) -> MeshNode:
     return MeshNode(path=path, node_type="Doc", content={"x": 1})
 
 
-def mesh_on(scheduler: TestScheduler) -> tuple[Mesh, FaultInjectingStore]:
-    store = FaultInjectingStore(InMemoryStore())
+def mesh_on(
+    scheduler: TestScheduler, inner: InMemoryStore | None = None
+) -> tuple[Mesh, FaultInjectingStore]:
+    store = FaultInjectingStore(inner or InMemoryStore())
     mesh = Mesh(store, scheduler=scheduler, ledger=PendingWriteLedger(""), retry_delays=FAST)
     return mesh, store
 
@@ -48,11 +50,42 @@ async def test_watch_reopens_through_the_cache_after_a_transient_fault() -> None
     assert [f.kind for f in frames] == [FrameKind.INITIAL]
     scheduler.advance_by(0.1)  # the first re-open waits 2 s
     assert errors == []
-    assert [f.kind for f in frames] == [FrameKind.INITIAL, FrameKind.INITIAL]
-    assert [n.path for n in frames[-1].nodes] == ["acme/a", "acme/b"]
+    # The re-open resumes from the last token seen: only what changed meanwhile.
+    assert [f.kind for f in frames] == [FrameKind.INITIAL, FrameKind.DELTA]
+    assert frames[-1].resumed and [n.path for n in frames[-1].nodes] == ["acme/b"]
     await mesh.create(doc("acme/c"), access=ALICE)
     assert frames[-1].kind is FrameKind.DELTA
     assert [n.path for n in frames[-1].nodes] == ["acme/c"]
+
+
+async def test_watch_reopens_with_a_reset_initial_when_the_store_cannot_resume() -> None:
+    """Negative control of the resume: a deletion the store no longer remembers (it keeps
+    none) means it cannot tell what was removed, so the re-open is the whole state again."""
+    scheduler = TestScheduler()
+    mesh, store = mesh_on(scheduler, InMemoryStore(tombstone_retention=0))
+    await mesh.create(doc("acme/a"), access=ALICE)
+    await mesh.create(doc("acme/b"), access=ALICE)
+    frames: list[QueryFrame] = []
+    mesh.watch(QUERY).subscribe(frames.append)
+    store.sever_open_queries()
+    await mesh.delete("acme/a", access=ALICE)
+    scheduler.advance_by(2)
+    assert [f.kind for f in frames] == [FrameKind.INITIAL, FrameKind.INITIAL]
+    assert frames[-1].reset and [n.path for n in frames[-1].nodes] == ["acme/b"]
+
+
+async def test_watch_opens_from_a_given_token() -> None:
+    scheduler = TestScheduler()
+    mesh, _ = mesh_on(scheduler)
+    await mesh.create(doc("acme/a"), access=ALICE)
+    first: list[QueryFrame] = []
+    mesh.watch(QUERY).subscribe(first.append).dispose()
+    mesh.queries.dispose()  # no shared chain stands at the token: the store answers
+    mesh = Mesh(mesh.store, scheduler=scheduler, ledger=PendingWriteLedger(""), retry_delays=FAST)
+    await mesh.create(doc("acme/b"), access=ALICE)
+    frames: list[QueryFrame] = []
+    mesh.watch(QUERY, first[-1].resume_token).subscribe(frames.append)
+    assert frames[0].resumed and [n.path for n in frames[0].nodes] == ["acme/b"]
 
 
 async def test_control_live_ends_at_the_same_fault() -> None:
