@@ -172,7 +172,10 @@ class ObservableIterator(AsyncIterator[T]):
     - A slow consumer: a :class:`~rxmesh.model.QueryFrame` that arrives while another frame waits
       is coalesced into it (an Initial replaces what waits; a Delta is folded into the waiting
       Initial, or merged with the waiting Delta: latest node per path, removals kept), so at most
-      one frame of at most the query's size waits, the latest state. Other items wait in a FIFO
+      one frame of at most the query's size waits, the latest state. The merged frame carries
+      the latest frame's ``resume_token``; merged deltas that hold a resumed one stay
+      ``resumed``, and a ``reset`` Initial replaces what waits and stays ``reset``. Other items
+      wait in a FIFO
       of ``max_pending``; one more disposes the subscription there and, once the waiting items
       are delivered, the ``async for`` raises :class:`~rxmesh.exceptions.SlowConsumerError`.
     - Items pushed from another thread are handed to the loop (``call_soon_threadsafe``).
@@ -344,7 +347,17 @@ class _Channel(Generic[T]):
 class _Frames:
     """Frames that arrived while the consumer was busy, folded into one: O(change) per frame."""
 
-    __slots__ = ("incomplete", "kind", "nodes", "provider", "removed", "silent")
+    __slots__ = (
+        "incomplete",
+        "kind",
+        "nodes",
+        "provider",
+        "removed",
+        "reset",
+        "resumed",
+        "silent",
+        "token",
+    )
 
     def __init__(self, frame: QueryFrame) -> None:
         self.kind = frame.kind
@@ -353,6 +366,9 @@ class _Frames:
         self.silent: dict[str, None] = {}
         self.incomplete = False
         self.provider: str | None = None
+        self.token: str | None = None
+        self.resumed = False
+        self.reset = False
         self._replace(frame)
 
     def _replace(self, frame: QueryFrame) -> None:
@@ -362,12 +378,19 @@ class _Frames:
         self.silent = dict.fromkeys(frame.silent_providers)
         self.incomplete = frame.snapshot_incomplete
         self.provider = frame.provider
+        self.token = frame.resume_token
+        self.resumed = frame.resumed
+        self.reset = frame.reset
 
     def add(self, frame: QueryFrame) -> None:
         if frame.kind is FrameKind.INITIAL:
             self._replace(frame)  # a snapshot supersedes what waits
             return
         delta = self.kind is FrameKind.DELTA
+        # Where the merged frame stands is where its latest frame does; a Delta that holds a
+        # resume is still one (applied to the view the token was taken from).
+        self.token = frame.resume_token
+        self.resumed = self.resumed or (delta and frame.resumed)
         for path in frame.removed:
             self.nodes.pop(path, None)
             if delta:
@@ -392,4 +415,7 @@ class _Frames:
             silent_providers=tuple(self.silent),
             snapshot_incomplete=self.incomplete,
             provider=self.provider,
+            resume_token=self.token,
+            resumed=self.resumed,
+            reset=self.reset,
         )
