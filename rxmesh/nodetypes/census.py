@@ -3,10 +3,12 @@
 The census subscribes ``cache.get(NodeQuery(node_type="NodeType"))`` through
 :func:`~rxmesh.operators.reopen_on_transient_fault`, so a transient fault (a ``StoreError``
 from ``ConnectionResetError(104)`` mid-stream, say) re-opens it through the cache, which
-has already evicted the faulted chain: every re-open reads a fresh upstream. Each reading (Initial
-or Delta) re-bakes what changed (:meth:`NodeTypeRegistry.apply`) and is recorded on the health
-check; before each re-open the interruption is recorded there, so ``/health`` degrades and says
-why; the next reading clears it; a terminal fault stays.
+has already evicted the faulted chain: every re-open reads a fresh upstream, resumed from the
+last reading's ``resume_token`` (``cache.get(query, resume_from=token)``), so it reads a Delta of
+what changed meanwhile, or an Initial marked ``reset`` when that cannot be told. Each reading
+(Initial or Delta) re-bakes what changed (:meth:`NodeTypeRegistry.apply`) and is recorded on the
+health check; before each re-open the interruption is recorded there, so ``/health`` degrades
+and says why; the next reading clears it; a terminal fault stays.
 
 Health wording (tests pin it):
 
@@ -51,11 +53,13 @@ _CHAIN_FRAMES_SHOWN = 4
 
 
 class QuerySource(Protocol):
-    """Where the census reads: anything with ``get(query) -> Observable[QueryFrame]`` (the
-    :class:`~rxmesh.cache.SyncedQueryCache`)."""
+    """Where the census reads: anything with ``get(query, resume_from) -> Observable[QueryFrame]``
+    (the :class:`~rxmesh.cache.SyncedQueryCache`)."""
 
-    def get(self, query: NodeQuery, /) -> Observable[QueryFrame]:
-        """The live stream of ``query``."""
+    def get(
+        self, query: NodeQuery, resume_from: str | None = None, /
+    ) -> Observable[QueryFrame]:
+        """The live stream of ``query`` (resumed from ``resume_from`` when given)."""
         ...
 
 
@@ -156,6 +160,7 @@ class LiveRecordCensus:
         self._lock = threading.RLock()
         self._subscription = SerialDisposable()
         self._view: dict[str, MeshNode] = {}
+        self._token: str | None = None  # where the last reading stands: re-opens resume there
         self._started = False
         self._ended = False
         self._disposed = False
@@ -171,7 +176,10 @@ class LiveRecordCensus:
     def _open(self) -> Observable[QueryFrame]:
         with self._lock:
             self._opens += 1
-        return self._cache.get(self._query)
+            token = self._token
+        if token is None:
+            return self._cache.get(self._query)
+        return self._cache.get(self._query, token)
 
     def _build(self) -> Observable[QueryFrame]:
         if not self._reopen:
@@ -242,6 +250,7 @@ class LiveRecordCensus:
                     self._view.pop(path, None)
                 for node in frame.nodes:
                     self._view[node.path] = node
+            self._token = frame.resume_token
             self._readings += 1
             self._last_fault = None
             records = len(self._view)
