@@ -80,12 +80,13 @@ async def subscribed(source: Subject[QueryFrame]) -> None:
             await asyncio.sleep(0)
 
 
-def serve(app: EventStream, client: Client) -> asyncio.Task[None]:
-    scope = {"type": "http", "method": "GET", "path": "/live", "headers": []}
+def serve(app: EventStream, client: Client, last_event_id: str | None = None) -> asyncio.Task[None]:
+    headers = [] if last_event_id is None else [(b"last-event-id", last_event_id.encode())]
+    scope = {"type": "http", "method": "GET", "path": "/live", "headers": headers}
     return asyncio.ensure_future(app(scope, client.receive, client.send))
 
 
-async def test_each_frame_is_one_event_with_a_sequence_its_kind_and_json() -> None:
+async def test_each_frame_is_one_event_with_its_token_its_kind_and_json() -> None:
     mesh = Mesh(InMemoryStore(), ledger=PendingWriteLedger(""))
     await mesh.create(doc("acme/a"), access=ALICE)
     client = Client()
@@ -98,12 +99,10 @@ async def test_each_frame_is_one_event_with_a_sequence_its_kind_and_json() -> No
     assert (b"content-type", b"text/event-stream; charset=utf-8") in start["headers"]
     assert client.blocks()[0] == "retry: 3000"
     first, second = client.events()
-    assert (first["id"], first["event"], second["id"], second["event"]) == (
-        "1",
-        "INITIAL",
-        "2",
-        "DELTA",
-    )
+    assert (first["event"], second["event"]) == ("INITIAL", "DELTA")
+    frames = [QueryFrame.model_validate_json(e["data"]) for e in (first, second)]
+    assert [first["id"], second["id"]] == [f.resume_token for f in frames]  # the event id
+    assert len({first["id"], second["id"]}) == 2
     assert [n.path for n in QueryFrame.model_validate_json(first["data"]).nodes] == ["acme/a"]
     assert [n.path for n in QueryFrame.model_validate_json(second["data"]).nodes] == ["acme/b"]
     client.gone.set()
@@ -178,6 +177,7 @@ async def test_a_fault_that_is_not_transient_is_an_error_event() -> None:
         await task
     (error,) = client.events()
     assert error["event"] == "error"
+    assert "id" not in error  # no position: the browser keeps the last frame's id
     assert json.loads(error["data"]) == {"error": "TypeError", "message": "a defect"}
     assert client.ended
 
@@ -199,3 +199,73 @@ def test_bad_arguments_are_refused_naming_them() -> None:
         EventStream([])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="heartbeat"):
         EventStream(Subject(), heartbeat=0)
+
+
+async def serve_once(app: EventStream, last_event_id: str | None, events: int) -> Client:
+    client = Client()
+    task = serve(app, client, last_event_id)
+    await client.until(lambda c: len(c.events()) == events)
+    client.gone.set()
+    async with asyncio.timeout(5):
+        await task
+    return client
+
+
+async def test_a_reconnect_with_last_event_id_resumes_with_a_delta_not_the_snapshot() -> None:
+    mesh = Mesh(InMemoryStore(), ledger=PendingWriteLedger(""))
+    for i in range(20):
+        await mesh.create(doc(f"acme/n{i:02d}"), access=ALICE)
+    app = EventStream.live(mesh, QUERY)
+    first = await serve_once(app, None, 1)
+    (snapshot,) = first.events()
+    assert snapshot["event"] == "INITIAL"
+    await mesh.delete("acme/n00", access=ALICE)  # while the client is away
+    await mesh.create(doc("acme/z"), access=ALICE)
+    again = await serve_once(app, snapshot["id"], 1)
+    (resumed,) = again.events()
+    frame = QueryFrame.model_validate_json(resumed["data"])
+    assert resumed["event"] == "DELTA" and frame.resumed and not frame.reset
+    assert [n.path for n in frame.nodes] == ["acme/z"] and frame.removed == ("acme/n00",)
+    assert resumed["id"] == frame.resume_token != snapshot["id"]
+    assert len(again.text) < len(first.text) / 5  # what the reconnect costs: the change only
+    mesh.dispose()
+
+
+async def test_a_last_event_id_the_store_cannot_use_is_an_initial_that_says_reset() -> None:
+    mesh = Mesh(InMemoryStore(), ledger=PendingWriteLedger(""))
+    await mesh.create(doc("acme/a"), access=ALICE)
+    for foreign in ("7", "m1.someone-else.3", "é"):
+        (event,) = (await serve_once(EventStream.live(mesh, QUERY), foreign, 1)).events()
+        frame = QueryFrame.model_validate_json(event["data"])
+        assert event["event"] == "INITIAL" and frame.reset
+        assert [n.path for n in frame.nodes] == ["acme/a"]
+    mesh.dispose()
+
+
+async def test_control_an_observable_source_ignores_last_event_id() -> None:
+    mesh = Mesh(InMemoryStore(), ledger=PendingWriteLedger(""))
+    await mesh.create(doc("acme/a"), access=ALICE)
+    app = EventStream(mesh.watch(QUERY))
+    (snapshot,) = (await serve_once(app, None, 1)).events()
+    (again,) = (await serve_once(app, snapshot["id"], 1)).events()
+    frame = QueryFrame.model_validate_json(again["data"])
+    assert again["event"] == "INITIAL" and not frame.reset and not frame.resumed
+    mesh.dispose()
+
+
+async def test_a_factory_source_gets_the_header_and_none_without_it() -> None:
+    asked: list[str | None] = []
+    source: Subject[QueryFrame] = Subject()
+
+    def factory(resume_from: str | None) -> Subject[QueryFrame]:
+        asked.append(resume_from)
+        return source
+
+    for header in (None, "", "  tok-1 "):
+        client = Client()
+        task = serve(EventStream(factory, heartbeat=60), client, header)
+        await subscribed(source)
+        client.gone.set()
+        async with asyncio.timeout(5):
+            await task
+    assert asked == [None, None, "tok-1"]
