@@ -2,7 +2,8 @@
 and :class:`PostgresStore` (asyncpg; importing it needs the ``postgres`` extra).
 
 The layout: ``_store`` the protocol; ``memory`` the embedded store, with ``_memory_verbs`` (its
-compare-and-set verbs) and ``_memory_live`` (its live queries); ``_window`` the ordered windows
+compare-and-set verbs), ``_memory_live`` (its live queries) and ``_memory_positions`` (its change
+order and resume tokens); ``_window`` the ordered windows
 of every store (on its ``page`` verb and its change feed); ``postgres`` the PostgreSQL store, a
 package explained in its own docstring.
 """
