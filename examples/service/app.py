@@ -117,7 +117,7 @@ async def live(request: Request) -> EventStream:
     mesh: Mesh = state["mesh"]
     query = NodeQuery(partition=request.query_params.get("partition", "shop"))
     heartbeat = float(os.environ.get("RXMESH_HEARTBEAT", "15"))
-    return EventStream(mesh.watch(query), heartbeat=heartbeat)
+    return EventStream.live(mesh, query, heartbeat=heartbeat)
 
 
 app.add_route("/live", live, methods=["GET"])
