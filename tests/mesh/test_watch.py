@@ -18,7 +18,7 @@ from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import FrameKind, NodeQuery, QueryFrame
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
-from tests.helpers import ALICE
+from tests.helpers import ALICE, until
 
 from .conftest import FAST
 
@@ -121,3 +121,37 @@ async def test_watch_reads_with_async_for() -> None:
     mesh.dispose()
     with pytest.raises(Exception, match="disposed"):
         mesh.watch(QUERY)
+
+
+@pytest.mark.postgres
+async def test_watch_resumes_on_postgresql_after_a_transient_fault(
+    pg_dsn: str, prefix: str
+) -> None:
+    """The same re-open against a real PostgreSQL store: the store answers what changed since
+    the watch's last token, a deletion included, instead of the partition again."""
+    from tests.providers.postgres.kinds import started
+
+    async with started(pg_dsn, prefix) as postgres:
+        store = FaultInjectingStore(postgres)
+        scheduler = TestScheduler()  # the re-open waits for the test, not for a clock
+        mesh = Mesh(store, scheduler=scheduler, ledger=PendingWriteLedger(""), retry_delays=FAST)
+        for name in ("a", "b", "c"):
+            await mesh.create(doc(f"acme/{name}"), access=ALICE)
+        frames: list[QueryFrame] = []
+        subscription = mesh.watch(QUERY).subscribe(frames.append)
+        try:
+            await until(lambda: len(frames) == 1)
+            assert frames[0].kind is FrameKind.INITIAL and frames[0].resume_token is not None
+            assert store.sever_open_queries() == 1
+            await mesh.delete("acme/a", access=ALICE)  # while the watch waits to re-open
+            await mesh.create(doc("acme/d"), access=ALICE)
+            assert len(frames) == 1
+            scheduler.advance_by(2)  # the first re-open waits 2 s
+            await until(lambda: len(frames) >= 2)
+            reopened = frames[1]
+            assert reopened.kind is FrameKind.DELTA and reopened.resumed
+            assert [n.path for n in reopened.nodes] == ["acme/d"]
+            assert reopened.removed == ("acme/a",)
+        finally:
+            subscription.dispose()
+            mesh.dispose()
