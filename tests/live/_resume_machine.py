@@ -56,11 +56,23 @@ FILTERS = (
 )
 
 
-def marker_content(where: Any, count: int) -> dict[str, Any]:
-    """Content ``where`` matches, carrying ``count`` in a field no filter reads."""
+WINDOWS: tuple[tuple[tuple[str, ...], int] | None, ...] = (
+    None,
+    (("-o", "n"), 2),
+    (("-o", "-n", "status"), 3),
+    (("-o",), 1),
+)
+"""Ordered windows (``order_by``, ``limit``), or none. Every order starts with ``-o``, a field
+only a window's marker carries: descending, the absent field sorts last, so the marker sorts
+first and enters the window whatever the nodes; the rest of the order is the nodes'."""
+
+
+def marker_content(where: Any, count: int, *, window: bool = False) -> dict[str, Any]:
+    """Content ``where`` matches, carrying ``count`` in fields no filter reads (``o`` too, for a
+    window's marker: first in its order)."""
     for base in CONTENTS:
         if where is None or where.matches(base):
-            return {**base, "m": count}
+            return {**base, "m": count, **({"o": count} if window else {})}
     raise AssertionError(f"no content of the machine matches {where!r}")
 
 
@@ -102,11 +114,17 @@ class View:
     subscription: DisposableBase | None = None
     error: BaseException | None = None
     frames: int = 0
+    log: list[str] = field(default_factory=list)
+    """What the view was given, one line a frame (shown when it fails)."""
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def connected(self) -> bool:
         return self.subscription is not None
+
+    @property
+    def window(self) -> bool:
+        return self.query.limit is not None or bool(self.query.order_by)
 
 
 class LiveMachine(RuleBasedStateMachine):
@@ -121,12 +139,18 @@ class LiveMachine(RuleBasedStateMachine):
     cut_listener: ClassVar[Callable[[FaultInjectingStore], Awaitable[None]] | None] = None
     folding: ClassVar[Fold] = staticmethod(fold)
     resumes_fold: ClassVar[bool] = True  # False: a resumed Delta is ignored (a mutant)
+    windows: ClassVar[bool] = True
+    """Whether views may be ordered windows (a mutant that breaks a window's quiescence would
+    be caught only by the bounded wait, in seconds: its control runs without)."""
+    cuts_windows: ClassVar[bool] = True
+    """Whether the listener may be cut while a window is open (see test_resume_machine)."""
     drops_feed: ClassVar[bool] = True
     """Whether the fault injector may drop the feed and declare a gap. Its re-read after the gap
     is a query of its own whose difference is delivered whenever it completes, unordered with
     the deltas after it: over a store whose query does IO, a later delta (the marker) can arrive
     first and the difference, from an older snapshot, then takes it back out. So on PostgreSQL
-    the feed is only held, and the gap is the store's own (the listener cut)."""
+    the feed is only held, and the gap is the store's own (the listener cut). A window's frames
+    come on the running loop on either store: while one is open, the feed is only held."""
     seen: ClassVar[Counter[str]]
     """What the run exercised (resumed deltas, resets, severed views...): the tests read it to
     show the search was not vacuous."""
@@ -138,6 +162,8 @@ class LiveMachine(RuleBasedStateMachine):
         self.count = itertools.count(1)
         self.present: set[str] = set()
         self.failed = False
+        self.trail: list[str] = []
+        """The steps and marker writes of this example, in order (shown when it fails)."""
 
     def run(self, work: Awaitable[Any]) -> Any:
         async def bounded() -> Any:
@@ -170,6 +196,11 @@ class LiveMachine(RuleBasedStateMachine):
             else:
                 fold_with(view.nodes, frame)
             first[0] = False
+            view.log.append(
+                f"{frame.kind.value}{' resumed' if frame.resumed else ''}"
+                f"{' reset' if frame.reset else ''} +{[n.path for n in frame.nodes]}"
+                f" -{list(frame.removed)}"
+            )
             view.token = frame.resume_token or view.token
             view.frames += 1
             view.arrived.set()
@@ -186,17 +217,26 @@ class LiveMachine(RuleBasedStateMachine):
         view.subscription = self.run(subscribed())
 
     async def until(self, view: View, holds: Callable[[], bool]) -> None:
-        async with asyncio.timeout(WAIT):
-            while not holds():
-                if view.error is not None:
-                    raise AssertionError(f"the view's query failed: {view.error!r}")
-                view.arrived.clear()
-                await view.arrived.wait()
+        try:
+            async with asyncio.timeout(WAIT):
+                while not holds():
+                    if view.error is not None:
+                        raise AssertionError(f"the view's query failed: {view.error!r}")
+                    view.arrived.clear()
+                    await view.arrived.wait()
+        except TimeoutError:
+            raise AssertionError(
+                f"{view.query!r} never quiesced within {WAIT} s; its frames: {view.log};"
+                f" the steps: {self.trail}"
+            ) from None
 
     async def quiesce(self, view: View) -> None:
+        """Write the view's marker and wait until the view holds it; a window's marker (first
+        in its order) is then deleted, and the view waited for until it left, so windows are
+        judged on the nodes alone (and every judgement moves each window's boundary twice)."""
         count = next(self.count)
-        where = view.query.where
-        node = MeshNode(path=view.marker, content=marker_content(where, count), version=1)
+        content = marker_content(view.query.where, count, window=view.window)
+        node = MeshNode(path=view.marker, content=content, version=1)
         if view.marker in self.present:
             assert await self.store.update(node) is not None
         else:
@@ -207,7 +247,12 @@ class LiveMachine(RuleBasedStateMachine):
             got = view.nodes.get(view.marker)
             return got is not None and got.content.get("m") == count
 
+        self.trail.append(f"marker {view.marker} m={count}")
         await self.until(view, has_marker)
+        if view.window:
+            assert await self.store.delete(view.marker)
+            self.present.discard(view.marker)
+            await self.until(view, lambda: view.marker not in view.nodes)
 
     async def judge(self) -> None:
         for index, view in enumerate(self.views):
@@ -218,8 +263,18 @@ class LiveMachine(RuleBasedStateMachine):
             expected = {node.path: node for node in fresh.nodes}
             self.seen["judged"] += 1
             assert shown(view.nodes) == shown(expected), (
-                f"view {index} ({view.query.where!r}) differs from a fresh query"
+                f"view {index} ({view.query!r}) differs from a fresh query:"
+                f" {shown(view.nodes)} != {shown(expected)}; its frames: {view.log};"
+                f" the steps: {self.trail}"
             )
+            if view.window:  # and a window is the first N matches by its order
+                every = view.query.model_copy(update={"order_by": (), "limit": None})
+                matches = (await first_value(self.store.query(every), timeout=WAIT)).nodes
+                first = sorted(matches, key=view.query.sort_key)[: view.query.limit]
+                assert shown(view.nodes) == shown({n.path: n for n in first}), (
+                    f"window {index} ({view.query!r}) is not the first matches by its order"
+                )
+                self.seen["windows judged"] += 1
 
     # -- writes --
 
@@ -247,26 +302,37 @@ class LiveMachine(RuleBasedStateMachine):
 
     @rule(op=OP)
     def write(self, op: Op) -> None:
+        self.trail.append(f"write(op={op!r})")
         self.run(self.apply(op))
 
     @rule(ops=st.lists(OP, min_size=1, max_size=4))
     def writes(self, ops: list[Op]) -> None:
+        self.trail.append(f"writes(ops={ops!r})")
         for op in ops:
             self.run(self.apply(op))
 
     # -- views: open, disconnect, resume --
 
     @precondition(lambda self: len(self.views) < 3)
-    @rule(which=st.integers(0, len(FILTERS) - 1))
-    def open_view(self, which: int) -> None:
-        query = NodeQuery(partition=self.partition, where=FILTERS[which])
-        view = View(query, self.path(f"zm{which}"))
+    @rule(which=st.integers(0, len(FILTERS) - 1), window=st.sampled_from(WINDOWS))
+    def open_view(self, which: int, window: tuple[tuple[str, ...], int] | None) -> None:
+        self.trail.append(f"open_view(which={which!r}, window={window!r})")
+        if not self.windows:
+            window = None
+        order_by, limit = window if window is not None else ((), None)
+        query = NodeQuery(
+            partition=self.partition, where=FILTERS[which], order_by=order_by, limit=limit
+        )
+        # A filter's views share a marker; a window's is its own (it comes and goes).
+        marker = f"zm{which}" if window is None else f"zw{len(self.views)}"
+        view = View(query, self.path(marker))
         self.views.append(view)
         self.subscribe(view, None)
 
     @precondition(lambda self: any(v.connected for v in self.views))
     @rule(index=st.integers(0, 2))
     def disconnect(self, index: int) -> None:
+        self.trail.append(f"disconnect(index={index!r})")
         self.leave(index)
 
     def leave(self, index: int) -> View:
@@ -280,6 +346,7 @@ class LiveMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(not v.connected for v in self.views))
     @rule(index=st.integers(0, 2))
     def resume(self, index: int) -> None:
+        self.trail.append(f"resume(index={index!r})")
         away = [v for v in self.views if not v.connected]
         view = away[index % len(away)]
         self.subscribe(view, view.token)
@@ -288,6 +355,7 @@ class LiveMachine(RuleBasedStateMachine):
     @rule(index=st.integers(0, 2), ops=OPS)
     def away_and_back(self, index: int, ops: list[Op]) -> None:
         """The common case: a subscriber leaves, writes happen, it resumes from its token."""
+        self.trail.append(f"away_and_back(index={index!r}, ops={ops!r})")
         view = self.leave(index)
         for op in ops:
             self.run(self.apply(op))
@@ -299,7 +367,8 @@ class LiveMachine(RuleBasedStateMachine):
     def feed_lost(self, ops: list[Op], hold: bool) -> None:
         """The feed held (delivered late) or, where :attr:`drops_feed`, dropped and a gap
         declared after the writes."""
-        if hold or not self.drops_feed:
+        self.trail.append(f"feed_lost(ops={ops!r}, hold={hold!r})")
+        if hold or not self.drops_feed or any(v.window for v in self.views):
             self.store.hold_change_feed()
         else:
             self.store.drop_change_feed()
@@ -307,21 +376,29 @@ class LiveMachine(RuleBasedStateMachine):
             for op in ops:
                 self.run(self.apply(op))
         finally:
-            self.store.resume_change_feed(announce_gap=not hold and self.drops_feed)
+            self.store.resume_change_feed(announce_gap=self.store.statistics().feed_mode == "drop")
 
     @precondition(lambda self: any(v.connected for v in self.views))
     @rule()
     def sever(self) -> None:
         """Every open query ends with a connection reset: the subscribers must resume."""
+        self.trail.append("sever()")
         open_now = sum(v.connected for v in self.views)
         assert self.store.sever_open_queries() == open_now
         assert all(not v.connected for v in self.views)
         self.seen["severed"] += open_now
 
-    @precondition(lambda self: self.cut_listener is not None)
+    @precondition(
+        lambda self: (
+            self.cut_listener is not None
+            and any(v.connected for v in self.views)  # a cut nobody hears shows little
+            and (self.cuts_windows or not any(v.window for v in self.views))
+        )
+    )
     @rule(ops=OPS)
     def listener_cut(self, ops: list[Op]) -> None:
         """The store's LISTEN backend terminated, writes while it comes back: a real gap."""
+        self.trail.append(f"listener_cut(ops={ops!r})")
         assert self.cut_listener is not None
         self.run(self.cut_listener(self.store))
         self.seen["listener cut"] += 1

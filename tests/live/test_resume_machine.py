@@ -11,6 +11,10 @@ content and request id of every node). The negative controls run the same machin
 subscriber that drops removals, and on PostgreSQL one that ignores a resumed Delta; each must
 fail it.
 
+On PostgreSQL the main run opens no windows: with them it found a defect (a removal never
+reported near a listener cut), kept in ``test_windows_on_postgres``, expected to fail until it
+is fixed.
+
 Measured on the 2-core development VM: the embedded run (400 examples of up to 20 steps) ~5 s,
 PostgreSQL (30 of up to 16, one store, a partition per example) ~11 s, the controls ~4 s.
 A soak: ``RXMESH_LIVE_MACHINE_EXAMPLES=2000 pytest tests/live/test_resume_machine.py``.
@@ -33,7 +37,7 @@ from rxmesh.testing import FaultInjectingStore
 from tests.live._resume_machine import LiveMachine, fold, partition_name, profile
 
 EMBEDDED = profile(examples=400, steps=20)
-POSTGRES = profile(examples=30, steps=16)
+POSTGRES = profile(examples=60, steps=16)
 CONTROL = profile(examples=60, steps=20, shrink=False)
 
 
@@ -70,13 +74,13 @@ def test_the_live_machine_on_the_embedded_store() -> None:
         cls = embedded(loop)
         run_state_machine_as_test(cls, settings=EMBEDDED)
     assert cls.seen["judged"] > 3000 and cls.seen["severed"] > 300
-    assert cls.seen["reopened"] > 500
+    assert cls.seen["reopened"] > 500 and cls.seen["windows judged"] > 500
 
 
 def test_a_view_that_drops_removals_fails_the_machine() -> None:
     with loop_of_its_own() as loop, pytest.raises(AssertionError, match="differs from a fresh"):
         run_state_machine_as_test(
-            embedded(loop, folding=staticmethod(drops_removals)), settings=CONTROL
+            embedded(loop, folding=staticmethod(drops_removals), windows=False), settings=CONTROL
         )
 
 
@@ -112,9 +116,12 @@ def postgres(pg_dsn: str, **attributes: Any) -> Iterator[type[LiveMachine]]:
                 loop,
                 opened=staticmethod(opened),
                 closed=staticmethod(closed),
-                cut_listener=staticmethod(cut),
-                drops_feed=False,
-                **attributes,
+                **{
+                    "cut_listener": staticmethod(cut),
+                    "drops_feed": False,
+                    "windows": False,
+                    **attributes,
+                },
             )
         finally:
             loop.run_until_complete(inner.close())
@@ -125,14 +132,33 @@ def postgres(pg_dsn: str, **attributes: Any) -> Iterator[type[LiveMachine]]:
 def test_the_live_machine_on_postgres(pg_dsn: str) -> None:
     with postgres(pg_dsn) as cls:
         run_state_machine_as_test(cls, settings=POSTGRES)
-    assert cls.seen["resumed"] > 10 and cls.seen["listener cut"] > 10
+    assert cls.seen["resumed"] > 10 and cls.seen["listener cut"] > 10, cls.seen
     assert cls.seen["judged"] > 200
+
+
+@pytest.mark.postgres
+@pytest.mark.xfail(
+    strict=False,
+    reason="a PostgreSQL window near a listener cut can miss a removal (found by this machine)",
+)
+def test_windows_on_postgres(pg_dsn: str) -> None:
+    """The finding this machine made, kept as a run of its own until it is fixed.
+
+    A PostgreSQL window open across a listener cut, or opened soon after one, sometimes never
+    reports a member's removal: e.g. a window ``order_by=("-o", "n"), limit=2`` got
+    ``+zw0 -x5`` (its marker entered, x5 fell past the boundary), the marker was deleted, and
+    the next Delta was ``+x5`` alone: the members had lost zw0, the subscriber was never told.
+    Another run: ``order_by=("-o",), limit=1`` held ``zw0`` after its deletion, and ``+zw1``
+    entered without ``zw0`` leaving. Seen in most runs of this profile; never on the embedded
+    store (its run above has windows, cuts excepted: it has no listener)."""
+    with postgres(pg_dsn, windows=True) as cls:
+        run_state_machine_as_test(cls, settings=profile(examples=40, steps=16, shrink=False))
 
 
 @pytest.mark.postgres
 def test_a_view_that_ignores_a_resumed_delta_fails_the_machine_on_postgres(pg_dsn: str) -> None:
     with (
-        postgres(pg_dsn, resumes_fold=False) as cls,
+        postgres(pg_dsn, resumes_fold=False, windows=False) as cls,
         pytest.raises(AssertionError, match="differs from a fresh"),
     ):
         run_state_machine_as_test(cls, settings=profile(examples=12, steps=14, shrink=False))
