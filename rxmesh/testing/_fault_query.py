@@ -3,7 +3,8 @@ it: a mid-stream death, a stalled Initial, the feed gate on its deltas, a re-rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from reactivex import Observable, abc
@@ -27,6 +28,10 @@ class _QueryState:
     frames: int = 0
     dead: bool = False
     initial: bool = False
+    rereads: int = 0
+    """Re-reads after a gap declared here, still running."""
+    held: list[QueryFrame] = field(default_factory=list)
+    """The inner store's deltas that came while a re-read ran, delivered after its difference."""
 
 
 @dataclass
@@ -83,6 +88,8 @@ def subscribe_live_query(
     def on_frame(frame: QueryFrame) -> None:
         if frame.kind is FrameKind.INITIAL:
             deliver(frame)
+        elif state.rereads:
+            state.held.append(frame)
         else:
             store._gate.deliver(sink, lambda: deliver(frame))
 
@@ -101,23 +108,33 @@ def subscribe_live_query(
     subscription.add(Disposable(lambda: store._open_queries.discard(sever)))
 
     def resync(_gap: ChangeFeedGap) -> None:
+        # A gap declared here (deltas dropped): the inner store knows nothing of it, so its
+        # query is read again and the difference sent. The inner deltas that come meanwhile
+        # wait for that difference: sent before it, a newer one would be undone by a read
+        # that began earlier. (The inner store's own gaps its query recovers from itself.)
         if state.dead or not state.initial:
             return
         store.counts["requery"] += 1
+        state.rereads += 1
 
         def diff(frame: QueryFrame) -> None:
+            state.rereads -= 1
             fresh = {node.path: node for node in frame.nodes}
             changed = [n for p, n in fresh.items() if view.get(p) != n]
             removed = [p for p in view if p not in fresh]
             if changed or removed:
                 deliver(QueryFrame.delta(changed, removed, provider=frame.provider))
+            if not state.rereads:
+                held, state.held = state.held, []
+                for late in held:
+                    store._gate.deliver(sink, functools.partial(deliver, late))
 
         store.inner.query(query).pipe(ops.take(1)).subscribe(diff, on_error, scheduler=scheduler)
 
     def start() -> None:
         if state.dead or subscription.is_disposed:
             return
-        gap_watch.disposable = store.gaps.subscribe(resync, scheduler=scheduler)
+        gap_watch.disposable = store._gaps.subscribe(resync, scheduler=scheduler)
         upstream.disposable = store.inner.query(query, resume_from).subscribe(
             on_frame, on_error, observer.on_completed, scheduler=scheduler
         )

@@ -137,22 +137,14 @@ def test_the_live_machine_on_postgres(pg_dsn: str) -> None:
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=False,
-    reason="a PostgreSQL window near a listener cut can miss a removal (found by this machine)",
-)
 def test_windows_on_postgres(pg_dsn: str) -> None:
-    """The finding this machine made, kept as a run of its own until it is fixed.
+    """Windows on PostgreSQL with listener cuts, a run of its own.
 
-    A PostgreSQL window sometimes never reports the removal of a member deleted soon after a
-    listener cut: e.g. a window ``order_by=("-o", "-n", "status"), limit=3`` was given
-    ``+zw2`` (its marker, written while the listener came back), the marker was deleted, and no
-    Delta removed it; the marker's next insert came as ``+zw2`` again, its deletion again
-    unreported, and the window ended holding a node the store no longer has. Another run: a
-    window ``limit=2`` got ``+zw0 -x5``, the marker was deleted, and the next Delta was ``+x5``
-    alone (the members had lost zw0, the subscriber was never told). Failed in 2 of 4 runs of
-    this profile; in none of 4 runs of it without listener cuts (``cut_listener=None``); never
-    on the embedded store (its run above has windows; it has no listener).
+    This run found a window that kept a member deleted soon after a listener cut (e.g. a window
+    ``limit=1`` got ``+zw0 -x0`` and never ``-zw0``). The cause was the fault injector in front
+    of the store: it read the query again on the inner store's gap (which the window recovers
+    from itself) and sent that older read's difference after the newer Delta of the deletion.
+    tests/testing/test_fault_query.py holds both halves of the fix.
     """
     with postgres(pg_dsn, windows=True) as cls:
         run_state_machine_as_test(cls, settings=profile(examples=40, steps=16, shrink=False))
