@@ -20,6 +20,13 @@ from rxmesh.providers.postgres._schema import _COLUMNS, _LIVE_COLUMNS, _LIVE_SET
 
 __all__ = ["Reads"]
 
+_STREAMED = _LIVE_SETTINGS + "; SET LOCAL enable_sort = off"
+"""The settings of a read consumed batch by batch (an Initial, a gap's re-select): no plan that
+sorts. A sort must finish the whole scan before its first row, so the first batch would wait for
+all of them and the build of each batch could not overlap the server's work on the next; the
+primary key gives the path order as the rows are found. A content filter makes the planner guess
+few rows and choose a scan and a sort otherwise."""
+
 _POSITION_NOW = (
     "SELECT pg_current_snapshot()::text,"
     " (SELECT system_identifier FROM pg_control_system())::text,"
@@ -236,7 +243,7 @@ class Reads:
             for partition in partitions:
                 try:
                     async with conn.transaction():  # a cursor lives in a transaction
-                        await conn.execute(_LIVE_SETTINGS)
+                        await conn.execute(_STREAMED)
                         sql, args = _query_statement(
                             self._schemas.table(partition), prefix, query.node_type, query.where
                         )
