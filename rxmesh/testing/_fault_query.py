@@ -1,5 +1,5 @@
 """A live query through :class:`~rxmesh.testing.FaultInjectingStore`, once the store has decided
-it: a mid-stream death, a stalled Initial, the feed gate on its deltas, a re-read after a gap."""
+it: a mid-stream death, a stalled Initial, the feed gate on its deltas, a re-read after a gap it declared."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def subscribe_live_query(
 ) -> abc.DisposableBase:
     """Stream ``store.inner``'s ``query`` (resumed from ``resume_from``, if given) to
     ``observer``: die as ``death`` says, hold the start while ``stalled``, gate the deltas,
-    re-read (diffed) after every gap."""
+    re-read (diffed) after every gap declared here."""
     upstream = SerialDisposable()
     gap_watch = SerialDisposable()
     sink, leave = store._gate.join()
