@@ -1,5 +1,6 @@
 """A live query through :class:`~rxmesh.testing.FaultInjectingStore`, once the store has decided
-it: a mid-stream death, a stalled Initial, the feed gate on its deltas, a re-read after a gap it declared."""
+it: a mid-stream death, a stalled Initial, the feed gate on its deltas, a re-read after a gap it
+declared."""
 
 from __future__ import annotations
 

@@ -397,6 +397,7 @@ class FaultInjectingStore:
 
     def query(self, query: NodeQuery, resume_from: str | None = None) -> Observable[QueryFrame]:
         """The inner query (resumed from ``resume_from``, if given), with stalls, mid-stream
-        deaths, the feed gate on its deltas, and a re-read (diffed) after every gap declared here."""
+        deaths, the feed gate on its deltas, and a re-read (diffed) after every gap declared
+        here."""
 
         return live_query(self, query, resume_from)
