@@ -16,6 +16,7 @@ one way: down this list, never up it.
   connections; ``_attempts``: one connection attempt at a time while the store is away;
 - ``_errors``: the one mapping of driver and network failures to
   :class:`~rxmesh.exceptions.StoreError`, a pure function; ``_rows``: rows as nodes and back;
+  ``_conditions``: a query's partitions and the conditions of its statements;
   ``_filters``: a content filter compiled to SQL over ``content`` (a pure function);
   ``_order``: an ordered window's order compiled to SQL (pure);
   ``_positions``: positions in the change order and the resume tokens that carry them.

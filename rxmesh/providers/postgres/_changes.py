@@ -18,11 +18,11 @@ import asyncpg
 import asyncpg.exceptions as pgexc
 
 from rxmesh.model import MeshNode, NodeQuery
+from rxmesh.providers.postgres._conditions import conditions, scope
 from rxmesh.providers.postgres._connections import Connection
 from rxmesh.providers.postgres._errors import MISSING_SCHEMA
-from rxmesh.providers.postgres._filters import to_sql
 from rxmesh.providers.postgres._positions import Position
-from rxmesh.providers.postgres._reads import Reads, _scope
+from rxmesh.providers.postgres._reads import Reads
 from rxmesh.providers.postgres._rows import _BUILD_CHUNK, _stored_nodes_of
 from rxmesh.providers.postgres._schema import _LIVE_COLUMNS, _LIVE_SETTINGS, quote_identifier
 
@@ -45,54 +45,38 @@ class ChangesSince:
     """Paths deleted since, or whose row stopped matching, ordered by path."""
 
 
-def _prefix_condition(prefix: str, column: str, args: list[object]) -> str | None:
-    if not prefix:
-        return None
-    args.append(prefix)
-    return f"({column} = ${len(args)} OR starts_with({column}, ${len(args)} || '/'))"
-
-
 def _changed_rows_statement(
     table: str, prefix: str, query: NodeQuery, since: Position, *, matching: bool
 ) -> tuple[str, list[object]]:
     """The rows under ``prefix`` written after ``since`` that match the query (as a live read's
     columns), or (``matching=False``) the paths of those that do not."""
     args: list[object] = [since.snapshot, str(since.xmin)]
-    conditions = [
+    under, holds = conditions(prefix, query.node_type, query.where, args)
+    where = [
         "changed_xid >= $2::text::xid8",
         "NOT pg_visible_in_snapshot(changed_xid, $1::text::pg_snapshot)",
+        *under,
     ]
-    if (under := _prefix_condition(prefix, "path", args)) is not None:
-        conditions.append(under)
-    tests: list[str] = []
-    if query.node_type is not None:
-        args.append(query.node_type)
-        tests.append(f"node_type IS NOT DISTINCT FROM ${len(args)}")
-    if query.where is not None:
-        sql, values = to_sql(query.where, len(args) + 1)
-        args.extend(values)
-        tests.append(sql)
-    if tests:  # each test is two-valued: NOT is their complement
-        both = " AND ".join(tests)
-        conditions.append(both if matching else f"NOT ({both})")
-    elif not matching:
-        conditions.append("false")
+    if matching:
+        where += holds
+    else:  # the complement, a row of no type included (``=`` is NULL there)
+        where.append(f"NOT COALESCE({' AND '.join(holds)}, false)" if holds else "false")
     columns = _LIVE_COLUMNS if matching else "path"
-    return f"SELECT {columns} FROM {table} WHERE {' AND '.join(conditions)} ORDER BY path", args
+    return f"SELECT {columns} FROM {table} WHERE {' AND '.join(where)} ORDER BY path", args
 
 
 def _tombstones_statement(schema: str, prefix: str, since: Position) -> tuple[str, list[object]]:
     """The paths under ``prefix`` deleted after ``since`` that no row holds now."""
     args: list[object] = [since.snapshot, str(since.xmin)]
-    conditions = [
+    under, _ = conditions(prefix, None, None, args)
+    where = [
         "t.deleted_xid >= $2::text::xid8",
         "NOT pg_visible_in_snapshot(t.deleted_xid, $1::text::pg_snapshot)",
         f"NOT EXISTS (SELECT FROM {schema}.nodes n WHERE n.path = t.path)",
+        *(condition.replace("path", "t.path") for condition in under),
     ]
-    if (under := _prefix_condition(prefix, "t.path", args)) is not None:
-        conditions.append(under)
     return (
-        f"SELECT t.path FROM {schema}.tombstones t WHERE {' AND '.join(conditions)}",
+        f"SELECT t.path FROM {schema}.tombstones t WHERE {' AND '.join(where)}",
         args,
     )
 
@@ -113,7 +97,7 @@ class Changes(Reads):
     async def _changes_since(self, query: NodeQuery, since: Position) -> ChangesSince | None:
         """What changed in ``query``'s result after ``since``; ``None`` when the store cannot
         tell (the module says when): the caller reads everything instead."""
-        prefix, wanted = _scope(query)
+        prefix, wanted = scope(query)
 
         async def work(conn: Connection) -> ChangesSince | None:
             answer = ChangesSince(await self._position_now(conn))

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
-from rxmesh.model import MeshNode, NodeQuery, partition_of, validate_path
+from rxmesh.model import MeshNode, NodeQuery, validate_path
+from rxmesh.providers.postgres._conditions import conditions, scope
 from rxmesh.providers.postgres._connections import Connection, Connections
 from rxmesh.providers.postgres._errors import MISSING_SCHEMA
 from rxmesh.providers.postgres._feed import ChangeFeed, Outlasted
-from rxmesh.providers.postgres._filters import to_sql
 from rxmesh.providers.postgres._order import index_columns, order_sql
 from rxmesh.providers.postgres._rows import _stored_nodes_of
 from rxmesh.providers.postgres._schema import (
@@ -40,25 +40,15 @@ def page_statement(
     """The ``SELECT`` of one partition's page of ``query`` (its prefix, type, content filter
     and the rows strictly after ``after``, in window order, at most ``limit``) and its
     arguments."""
-    conditions: list[str] = []
     args: list[object] = []
-    prefix = query.path_prefix.rstrip("/")
-    if prefix:
-        args.append(prefix)
-        conditions.append(f"(path = ${len(args)} OR starts_with(path, ${len(args)} || '/'))")
-    if query.node_type is not None:
-        args.append(query.node_type)
-        conditions.append(f"node_type = ${len(args)}")
-    if query.where is not None:
-        sql, values = to_sql(query.where, len(args) + 1)
-        args.extend(values)
-        conditions.append(sql)
+    under, holds = conditions(query.path_prefix.rstrip("/"), query.node_type, query.where, args)
+    tests = under + holds
     order, keyset, values = order_sql(query, after, len(args) + 1)
     args.extend(values)
     if keyset is not None:
-        conditions.append(keyset)
+        tests.append(keyset)
     args.append(limit)
-    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    where = f" WHERE {' AND '.join(tests)}" if tests else ""
     return (
         f"SELECT {_LIVE_COLUMNS} FROM {table}{where} ORDER BY {order} LIMIT ${len(args)}",
         args,
@@ -129,17 +119,7 @@ class Pages:
         """
         if limit < 1:
             raise ValueError(f"a page holds at least 1 node, not {limit!r}")
-        prefix = query.path_prefix.rstrip("/")
-        wanted: list[str] | None = None
-        if query.partition is not None:
-            wanted = [query.partition]
-        if prefix:
-            head = partition_of(prefix)
-            if wanted is not None and head not in wanted:
-                return []
-            wanted = [head]
-        for partition in wanted or ():
-            validate_path(partition, allow_reserved=False)
+        _, wanted = scope(query)
 
         async def work(conn: Connection) -> list[list[MeshNode]]:
             partitions = wanted if wanted is not None else await self._schemas.partitions(conn)

@@ -11,9 +11,9 @@ import asyncpg
 
 from rxmesh._util.path_order import PathOrdered, strictly_ascending
 from rxmesh.model import Filter, MeshNode, NodeQuery, partition_of, validate_path
+from rxmesh.providers.postgres._conditions import conditions, scope
 from rxmesh.providers.postgres._connections import Connection, Connections
 from rxmesh.providers.postgres._errors import MISSING_SCHEMA
-from rxmesh.providers.postgres._filters import to_sql
 from rxmesh.providers.postgres._positions import Position
 from rxmesh.providers.postgres._rows import _BUILD_CHUNK, _node_from_row, _stored_nodes_of
 from rxmesh.providers.postgres._schema import _COLUMNS, _LIVE_COLUMNS, _LIVE_SETTINGS, Schemas
@@ -98,35 +98,11 @@ def _query_statement(
     so every Initial and gap re-select of a long-lived pool would run at half speed. Each shape
     here has one plan whatever its parameters.
     """
-    conditions: list[str] = []
     args: list[object] = []
-    if prefix:
-        args.append(prefix)
-        conditions.append(f"(path = ${len(args)} OR starts_with(path, ${len(args)} || '/'))")
-    if node_type is not None:
-        args.append(node_type)
-        conditions.append(f"node_type = ${len(args)}")
-    if where is not None:
-        condition, values = to_sql(where, len(args) + 1)
-        args.extend(values)
-        conditions.append(condition)
-    clause = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    under, holds = conditions(prefix, node_type, where, args)
+    conditions_ = under + holds
+    clause = f" WHERE {' AND '.join(conditions_)}" if conditions_ else ""
     return f"SELECT {_LIVE_COLUMNS} FROM {table}{clause} ORDER BY path", args
-
-
-def _scope(query: NodeQuery) -> tuple[str, list[str] | None]:
-    """The path prefix of ``query`` (no trailing ``/``) and the partitions it can match
-    (``None``: every partition there is; checked partition names)."""
-    prefix = query.path_prefix.rstrip("/")
-    wanted: list[str] | None = None
-    if query.partition is not None:
-        wanted = [query.partition]
-    if prefix:
-        head = partition_of(prefix)
-        wanted = [] if wanted is not None and head not in wanted else [head]
-    for partition in wanted or ():
-        validate_path(partition, allow_reserved=False)
-    return prefix, wanted
 
 
 class Reads:
@@ -235,7 +211,7 @@ class Reads:
         """Hand ``each`` the rows matching ``query`` in :data:`_FETCH_BATCH`-row batches, ordered
         by path, through a cursor per partition (one transaction, one snapshot, each); the
         position taken before the first of them."""
-        prefix, wanted = _scope(query)
+        prefix, wanted = scope(query)
 
         async def work(conn: Connection) -> Position:
             position = await self._position_now(conn)
