@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import socket
 import sys
 from collections import Counter
@@ -12,7 +13,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from rxmesh.model import AccessContext, MeshNode
+from hypothesis import HealthCheck, Phase, settings
+
+from rxmesh.model import AccessContext, FrameKind, MeshNode, QueryFrame
 
 if TYPE_CHECKING:  # the root conftest imports this module: it loads no more than it uses
     from pydantic import BaseModel
@@ -186,3 +189,34 @@ class LogRecords(list[dict[str, Any]]):
 
         floor = logger.level(at_least).no
         return [f"{r['level']} {r['message']}" for r in self if r["no"] >= floor]
+
+
+def machine_settings(
+    examples: int, steps: int, *, scale_variable: str, shrink: bool = True
+) -> settings:
+    """The settings of a hypothesis state machine of this suite: derandomized, no deadline, no
+    example database; the environment variable ``scale_variable`` raises the number of examples
+    (a long local run or a soak)."""
+    scale = os.environ.get(scale_variable)
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    return settings(
+        max_examples=int(scale) if scale else examples,
+        stateful_step_count=steps,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        phases=phases,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        print_blob=False,
+    )
+
+
+def fold(view: dict[str, MeshNode], frame: QueryFrame) -> None:
+    """What a subscriber does with a frame: an Initial replaces, a Delta applies (removals
+    first, then the nodes)."""
+    if frame.kind is FrameKind.INITIAL:
+        view.clear()
+    for path in frame.removed:
+        view.pop(path, None)
+    for node in frame.nodes:
+        view[node.path] = node

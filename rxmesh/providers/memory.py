@@ -353,17 +353,20 @@ class InMemoryStore(MemoryVerbs):
 
     # -- live queries -------------------------------------------------------------------------
 
+    def _matching(self, query: NodeQuery) -> list[MeshNode]:
+        """Every node ``query`` matches (a read: counted), with the lock held."""
+        self._reads += 1
+        return [
+            node
+            for name, table in self._partitions.items()
+            if query.partition is None or name == query.partition
+            for node in table.values()
+            if query.matches(node)
+        ]
+
     def _snapshot(self, query: NodeQuery) -> tuple[int, list[MeshNode]]:
         with self._lock:
-            self._reads += 1
-            rows = [
-                node
-                for name, table in self._partitions.items()
-                if query.partition is None or name == query.partition
-                for node in table.values()
-                if query.matches(node)
-            ]
-            return self._positions.current, rows
+            return self._positions.current, self._matching(query)
 
     def _resume(
         self, query: NodeQuery, token: str
@@ -392,14 +395,9 @@ class InMemoryStore(MemoryVerbs):
         bound = None if after is None else query.sort_key(after)
         key = query.sort_key
         with self._lock:
-            self._reads += 1
-            rows = [
-                node
-                for name, table in self._partitions.items()
-                if query.partition is None or name == query.partition
-                for node in table.values()
-                if query.matches(node) and (bound is None or key(node) > bound)
-            ]
+            rows = self._matching(query)
+        if bound is not None:
+            rows = [node for node in rows if key(node) > bound]
         return heapq.nsmallest(limit, rows, key=key)
 
     def query(self, query: NodeQuery, resume_from: str | None = None) -> Observable[QueryFrame]:

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from reactivex.abc import DisposableBase
@@ -33,6 +32,7 @@ from rxmesh.exceptions import StoreConflictError
 from rxmesh.model import FrameKind, MeshNode, NodeQuery, QueryFrame, and_, not_, or_
 from rxmesh.model import field as content_field
 from rxmesh.testing import FaultInjectingStore
+from tests.helpers import fold, machine_settings
 
 WAIT = 10.0
 """Seconds a step waits for its marker or a fresh query before failing (never a sleep)."""
@@ -87,16 +87,6 @@ OP = st.tuples(
 OPS = st.lists(OP, max_size=3)
 
 Fold = Callable[[dict[str, MeshNode], QueryFrame], None]
-
-
-def fold(view: dict[str, MeshNode], frame: QueryFrame) -> None:
-    """What a subscriber does with a frame: an Initial replaces, a Delta applies."""
-    if frame.kind is FrameKind.INITIAL:
-        view.clear()
-    for path in frame.removed:
-        view.pop(path, None)
-    for node in frame.nodes:
-        view[node.path] = node
 
 
 def shown(view: dict[str, MeshNode]) -> dict[str, tuple[Any, ...]]:
@@ -428,19 +418,10 @@ class LiveMachine(RuleBasedStateMachine):
 
 
 def profile(examples: int, steps: int, *, shrink: bool = True) -> settings:
-    """Derandomized, no deadline, no example database; ``RXMESH_LIVE_MACHINE_EXAMPLES`` scales
-    the number of examples (a soak: ``RXMESH_LIVE_MACHINE_EXAMPLES=2000``)."""
-    scale = os.environ.get("RXMESH_LIVE_MACHINE_EXAMPLES")
-    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
-    return settings(
-        max_examples=int(scale) if scale else examples,
-        stateful_step_count=steps,
-        derandomize=True,
-        deadline=None,
-        database=None,
-        phases=phases,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-        print_blob=False,
+    """:func:`tests.helpers.machine_settings`; ``RXMESH_LIVE_MACHINE_EXAMPLES`` scales the number
+    of examples (a soak: ``RXMESH_LIVE_MACHINE_EXAMPLES=2000``)."""
+    return machine_settings(
+        examples, steps, scale_variable="RXMESH_LIVE_MACHINE_EXAMPLES", shrink=shrink
     )
 
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from rxmesh.model import partition_of
 from rxmesh.providers import Store
+from tests.helpers import machine_settings
 
 from ._driver import Batch, Driver, Op, Toggle
 from ._harness import PARTITIONS, PATHS, perms_choices
@@ -179,19 +179,10 @@ class MeshMachine(RuleBasedStateMachine):
 
 
 def profile(examples: int, steps: int, *, shrink: bool = True) -> settings:
-    """The machine's settings: derandomized, no deadline, no example database. The environment
-    variable ``RXMESH_MODEL_EXAMPLES`` scales the number of examples (a long local run)."""
-    scale = os.environ.get("RXMESH_MODEL_EXAMPLES")
-    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
-    return settings(
-        max_examples=int(scale) if scale else examples,
-        stateful_step_count=steps,
-        derandomize=True,
-        deadline=None,
-        database=None,
-        phases=phases,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-        print_blob=False,
+    """The machine's settings (:func:`tests.helpers.machine_settings`); the environment variable
+    ``RXMESH_MODEL_EXAMPLES`` scales the number of examples (a long local run)."""
+    return machine_settings(
+        examples, steps, scale_variable="RXMESH_MODEL_EXAMPLES", shrink=shrink
     )
 
 

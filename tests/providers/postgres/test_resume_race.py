@@ -24,8 +24,9 @@ import asyncpg
 import pytest
 
 from rxmesh.aio import first_value
-from rxmesh.model import FrameKind, MeshNode, NodeQuery, QueryFrame, field
+from rxmesh.model import MeshNode, NodeQuery, QueryFrame, field
 from rxmesh.providers.postgres import PostgresStore
+from tests.helpers import fold
 from tests.providers.conftest import Recorder
 from tests.providers.postgres.kinds import started
 
@@ -33,15 +34,6 @@ pytestmark = pytest.mark.postgres
 
 WAIT = 10.0
 PATHS = [f"p/n{i:02d}" for i in range(40)]
-
-
-def fold(view: dict[str, MeshNode], frame: QueryFrame) -> None:
-    if frame.kind is FrameKind.INITIAL:
-        view.clear()
-    for path in frame.removed:
-        view.pop(path, None)
-    for node in frame.nodes:
-        view[node.path] = node
 
 
 async def _writer(dsn: str, table: str, rng: random.Random, operations: int) -> None:
