@@ -90,10 +90,12 @@ async def test_a_write_the_pooler_refused_before_any_server_was_reached_wrote_no
             blocked = asyncio.ensure_future(_write_error(store, "pr/blocked"))
             async with asyncio.timeout(WAIT):
                 while not (  # noqa: ASYNC110 - the server's pace
-                    pid := await direct.fetchval(  # this test's own write waiting: its schema
+                    # This test's own write waiting (an INSERT into its schema), not the change
+                    # feed's fetch of the seed's row, which the same lock can hold too.
+                    pid := await direct.fetchval(
                         "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                         "AND query LIKE $1 AND pid <> pg_backend_pid() LIMIT 1",
-                        f"%{store.schema_of('pr')}%",
+                        f"INSERT INTO %{store.schema_of('pr')}%",
                     )
                 ):
                     await asyncio.sleep(0.02)
