@@ -387,8 +387,8 @@ class _Frames:
             self._replace(frame)  # a snapshot supersedes what waits
             return
         delta = self.kind is FrameKind.DELTA
-        # Where the merged frame stands is where its latest frame does; a Delta that holds a
-        # resume is still one (applied to the view the token was taken from).
+        # Where the merged frame stands is where its latest frame does; a merged Delta that
+        # holds a resume answers that resume too (it applies to the view its token came from).
         self.token = frame.resume_token
         self.resumed = self.resumed or (delta and frame.resumed)
         for path in frame.removed:

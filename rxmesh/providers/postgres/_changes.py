@@ -15,12 +15,11 @@ import asyncio
 from dataclasses import dataclass, field
 
 import asyncpg
-import asyncpg.exceptions as pgexc
 
 from rxmesh.model import MeshNode, NodeQuery
 from rxmesh.providers.postgres._conditions import conditions, scope
 from rxmesh.providers.postgres._connections import Connection
-from rxmesh.providers.postgres._errors import MISSING_SCHEMA
+from rxmesh.providers.postgres._errors import MISSING_SCHEMA, NO_POSITIONS
 from rxmesh.providers.postgres._positions import Position
 from rxmesh.providers.postgres._reads import Reads
 from rxmesh.providers.postgres._rows import _BUILD_CHUNK, _stored_nodes_of
@@ -28,8 +27,6 @@ from rxmesh.providers.postgres._schema import _LIVE_COLUMNS, _LIVE_SETTINGS, quo
 
 __all__ = ["Changes", "ChangesSince"]
 
-_UNTOLD = (pgexc.UndefinedTableError, pgexc.UndefinedColumnError, pgexc.UndefinedFunctionError)
-"""A partition made before positions existed, and not written to since: no horizon to trust."""
 
 
 @dataclass(slots=True)
@@ -127,7 +124,7 @@ class Changes(Reads):
                         gone += await conn.fetch(sql, *args)
                 except MISSING_SCHEMA:
                     return None  # a partition that does not exist now: it may have been dropped
-                except _UNTOLD:
+                except NO_POSITIONS:
                     return None
                 await _gather(answer, partition, rows, [row[0] for row in gone])
             answer.nodes.sort(key=_path)

@@ -20,6 +20,7 @@ from rxmesh.faults import exception_chain, is_transient_connect_fault
 __all__ = [
     "DRIVER_FAULTS",
     "MISSING_SCHEMA",
+    "NO_POSITIONS",
     "Boundary",
     "Mapped",
     "Stage",
@@ -34,6 +35,9 @@ include connecting), or on a connection."""
 
 MISSING_SCHEMA = (pgexc.UndefinedTableError, pgexc.InvalidSchemaNameError)
 """A partition whose schema or table does not exist (yet, or any more)."""
+NO_POSITIONS = (pgexc.UndefinedTableError, pgexc.UndefinedColumnError, pgexc.UndefinedFunctionError)
+"""A partition made before positions existed (no horizon, no ``changed_xid``) and not written
+to since: a read of what changed since a position cannot be answered there."""
 DRIVER_FAULTS = (OSError, pgexc.PostgresError, pgexc.InterfaceError, pgexc.InternalClientError)
 """What the driver or the network raises; each crosses :func:`to_store_error`."""
 

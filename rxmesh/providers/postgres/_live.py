@@ -398,14 +398,19 @@ class LiveQueries(Changes):
         try:
             first = await reader.next()
             if isinstance(first, ChangesSince):
-                for node in first.nodes:
-                    if known is None or not _same(known.get(node.path), node):
-                        if known is not None:
-                            known[node.path] = node
-                        pending.upsert(node)
-                for path in first.removed:
-                    if known is None or known.pop(path, None) is not None:
-                        pending.remove(path)
+                # A long loss can have changed every row: the loop gets a turn between chunks.
+                for start in range(0, len(first.nodes), _BUILD_CHUNK):
+                    await asyncio.sleep(0)
+                    for node in first.nodes[start : start + _BUILD_CHUNK]:
+                        if known is None or not _same(known.get(node.path), node):
+                            if known is not None:
+                                known[node.path] = node
+                            pending.upsert(node)
+                for start in range(0, len(first.removed), _BUILD_CHUNK):
+                    await asyncio.sleep(0)
+                    for path in first.removed[start : start + _BUILD_CHUNK]:
+                        if known is None or known.pop(path, None) is not None:
+                            pending.remove(path)
                 return known, first.position
             if known is not None:
                 await self._diff(known, first, reader, pending)
