@@ -119,6 +119,8 @@ _NOT_A_VERSION = st.one_of(
     st.integers(min_value=2**63),
     st.lists(st.integers(), max_size=2),
 )
+_NOT_AN_XID = _JSONISH.filter(lambda x: not (type(x) is int and 0 <= x < 2**63))
+"""Anything but what a trigger sends as the writing transaction's id."""
 _NOT_A_PATH = st.one_of(
     st.sampled_from(["", "p//a", "p/../a", "p/a b", "p/", "/p", "p/" + "x" * 600, "q/a", "p\\a"]),
     st.integers(),
@@ -128,11 +130,17 @@ _NOT_A_PATH = st.one_of(
 
 
 def _near_valid() -> st.SearchStrategy[object]:
-    """The triggers' shape, ``[schema, op, [[path, version]]]``, with exactly one thing wrong."""
+    """The triggers' shape, ``[schema, op, [[path, version]], xid]`` (the xid may be left out),
+    with exactly one thing wrong."""
     good_row = st.just(["p/a", 1])
     return st.one_of(
         st.tuples(st.just(SCHEMA), st.just("upsert")).map(list),  # wrong arity
-        st.tuples(st.just(SCHEMA), st.just("upsert"), st.just([["p/a", 1]]), _JSONISH).map(list),
+        st.tuples(  # a fourth element that is no transaction id
+            st.just(SCHEMA), st.just("upsert"), st.just([["p/a", 1]]), _NOT_AN_XID
+        ).map(list),
+        st.tuples(  # wrong arity: a fifth element
+            st.just(SCHEMA), st.just("upsert"), st.just([["p/a", 1]]), st.just(7), _JSONISH
+        ).map(list),
         st.tuples(
             st.one_of(_JSONISH, _TEXT, st.just("rxmesh_p"), st.just(PREFIX)),
             st.just("upsert"),
