@@ -123,12 +123,17 @@ async def test_probes_are_neither_notifications_nor_evidence_nor_malformed(
             forged_token = json.dumps([prefix, "probe", "0123456789abcdef.1"])
             not_a_probe = json.dumps([prefix, "probe", 42])
             await _notify(pg_dsn, f"{prefix}changes", [forged_token, not_a_probe])
-            await _until(lambda: first.feed_statistics().malformed_notifications == 1)
+            # Each instance's listener hears the payload at its own pace: wait for both.
+            await _until(
+                lambda: (
+                    first.feed_statistics().malformed_notifications == 1
+                    and second.feed_statistics().malformed_notifications == 1
+                )
+            )
             stats = first.feed_statistics()
             assert stats.notifications == 1  # the one that only looked like a probe
             assert stats.foreign_probes >= 4
             assert "does not name a valid partition" in (stats.last_malformed_reason or "")
-            assert second.feed_statistics().malformed_notifications == 1
             assert evidence.pending() == 0  # no probe was ever announced as a commit
             assert stats.losses == 0
         finally:
