@@ -35,7 +35,6 @@ from rxmesh.operators._aio_reopen_on_transient_fault import reopen_on_transient_
 from rxmesh.operators._aio_retry_transient_connect import retry_transient_connect_async
 
 __all__ = [
-    "ObservableIterator",
     "first_value",
     "iterate",
     "reopen_on_transient_fault_async",

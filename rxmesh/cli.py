@@ -26,7 +26,7 @@ from rxmesh.diagnosis import (
     triage,
 )
 
-__all__ = ["main"]
+__all__: list[str] = []
 
 _Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """What a subcommand's registration function receives."""

@@ -44,13 +44,10 @@ from enum import StrEnum
 __all__ = [
     "BuildCoordinationUnreachableError",
     "ChangeFeedUnverifiedError",
-    "DeliveryErrorType",
     "DeliveryFailure",
-    "DrillSetupError",
     "InvalidNodeTypeError",
     "InvalidPathError",
     "JournalError",
-    "MalformedWitnessRecordError",
     "MeshDisposedError",
     "NodeAccessDeniedError",
     "NodeExistsError",
@@ -63,7 +60,6 @@ __all__ = [
     "SlowConsumerError",
     "StoreConflictError",
     "StoreError",
-    "StorePoolExhaustedError",
     "StoreUnavailableError",
     "StoreVersionConflictError",
 ]

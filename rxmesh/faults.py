@@ -36,7 +36,6 @@ __all__ = [
     "is_coordination_unreachable",
     "is_no_answer_in_time",
     "is_standing_watch_transient",
-    "is_store_unreachable",
     "is_transient_connect_fault",
 ]
 

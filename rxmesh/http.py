@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from rxmesh.exceptions import NodeOperationError
 from rxmesh.operations import CreateNodeResponse, NodeResponse, RejectionReason
 
-__all__ = ["HttpAnswer", "http_status"]
+__all__ = ["http_status"]
 
 STATUS_BY_REASON: Mapping[RejectionReason, int] = {
     RejectionReason.UNAVAILABLE: 503,

@@ -29,7 +29,7 @@ from loguru import logger
 if TYPE_CHECKING:
     from loguru import Message, Record
 
-__all__ = ["StdlibRoute", "route_to_stdlib"]
+__all__ = ["route_to_stdlib"]
 
 _LEVELS = {"TRACE": logging.DEBUG, "SUCCESS": logging.INFO}
 _RESERVED = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}

@@ -42,8 +42,6 @@ __all__ = [
     "CreateNodesResponse",
     "DeleteNodeRequest",
     "MoveNodeRequest",
-    "NodeOperationResponse",
-    "NodeResponse",
     "RejectionReason",
     "UpdateNodeRequest",
     "Verdict",

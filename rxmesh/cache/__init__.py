@@ -45,7 +45,7 @@ from rxmesh.instrumentation import _events
 from rxmesh.instrumentation import _seam as _instrumentation
 from rxmesh.model import FrameKind, QueryFrame
 
-__all__ = ["CacheStatistics", "SyncedQueryCache", "fold_query_frames"]
+__all__ = ["SyncedQueryCache", "fold_query_frames"]
 
 Q = TypeVar("Q", bound=Hashable)
 T = TypeVar("T")

@@ -22,33 +22,30 @@ the field names and defaults the other three write and read.
 
 from __future__ import annotations
 
+from rxmesh.diagnosis._adjacency import StallAdjacency as StallAdjacency
+from rxmesh.diagnosis._adjacency import StoreUnreachableReport as StoreUnreachableReport
 from rxmesh.diagnosis._adjacency import (
-    StallAdjacency,
-    StoreUnreachableReport,
     report_store_unreachable,
     stall_adjacency,
     with_stall_adjacency,
 )
 
 # The command line's triage shows these two defaults in its help.
-from rxmesh.diagnosis._fields import DEFAULT_ADJACENT_SECONDS, DEFAULT_SHADOW_SECONDS
+from rxmesh.diagnosis._fields import DEFAULT_ADJACENT_SECONDS as DEFAULT_ADJACENT_SECONDS
+from rxmesh.diagnosis._fields import DEFAULT_SHADOW_SECONDS as DEFAULT_SHADOW_SECONDS
 
 # The log's field names, for the mesh's terminal arm that binds them; users match the strings
 # (docs/diagnosis.md), so they stay out of __all__.
 from rxmesh.diagnosis._fields import EVENT_STORE_UNREACHABLE as EVENT_STORE_UNREACHABLE
 from rxmesh.diagnosis._fields import FIELD_EVENT as FIELD_EVENT
-from rxmesh.diagnosis._monitor import LoopStallMonitor, LoopStallStatistics
-from rxmesh.diagnosis._triage import TriageReport, format_triage, triage
+from rxmesh.diagnosis._monitor import LoopStallMonitor
+from rxmesh.diagnosis._monitor import LoopStallStatistics as LoopStallStatistics
+from rxmesh.diagnosis._triage import TriageReport as TriageReport
+from rxmesh.diagnosis._triage import format_triage as format_triage
+from rxmesh.diagnosis._triage import triage
 
 __all__ = [
-    "DEFAULT_ADJACENT_SECONDS",
-    "DEFAULT_SHADOW_SECONDS",
     "LoopStallMonitor",
-    "LoopStallStatistics",
-    "StallAdjacency",
-    "StoreUnreachableReport",
-    "TriageReport",
-    "format_triage",
     "report_store_unreachable",
     "stall_adjacency",
     "triage",

@@ -57,7 +57,7 @@ from rxmesh.drill._cli import add_arguments as add_arguments
 from rxmesh.drill._cli import run as run
 from rxmesh.drill._drill import SABOTAGES as SABOTAGES
 from rxmesh.drill._runner import run_drill
-from rxmesh.drill._timeline import DrillResult
+from rxmesh.drill._timeline import DrillResult as DrillResult
 from rxmesh.drill.invariants import (
     DrillAccounting as DrillAccounting,
 )
@@ -75,4 +75,4 @@ from rxmesh.drill.invariants import (
 # working, outside __all__.
 from rxmesh.exceptions import DrillSetupError as DrillSetupError
 
-__all__ = ["DrillResult", "run_drill"]
+__all__ = ["run_drill"]

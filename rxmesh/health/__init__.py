@@ -33,20 +33,13 @@ from rxmesh.health._checks import (
 from rxmesh.health._checks import (
     LiveRecordReading as LiveRecordReading,
 )
-from rxmesh.health._model import (
-    HealthCheck,
-    HealthCheckResult,
-    HealthReport,
-    HealthReportEntry,
-    HealthStatus,
-)
+from rxmesh.health._model import HealthCheck as HealthCheck
+from rxmesh.health._model import HealthCheckResult, HealthReport, HealthReportEntry, HealthStatus
 from rxmesh.instrumentation import _events
 from rxmesh.instrumentation import _seam as _instrumentation
 
 __all__ = [
     "ChangeFeedCheck",
-    "HealthApp",
-    "HealthCheck",
     "HealthCheckResult",
     "HealthRegistry",
     "HealthReport",

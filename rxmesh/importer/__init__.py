@@ -67,19 +67,15 @@ from rxmesh.importer._report import (
 from rxmesh.importer._report import (
     EXIT_REFUSED as EXIT_REFUSED,
 )
-from rxmesh.importer._report import (
-    EXIT_UNAVAILABLE,
-    EXIT_USAGE,
-    ImportReport,
-    Progress,
-)
+from rxmesh.importer._report import EXIT_UNAVAILABLE, EXIT_USAGE, Progress
+from rxmesh.importer._report import ImportReport as ImportReport
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.mesh import Mesh
 from rxmesh.model import AccessContext, validate_path, validate_user_id
 from rxmesh.operations import CreateNodesRequest, CreateNodesResponse, RejectionReason
 from rxmesh.providers import Store
 
-__all__ = ["ImportReport", "import_directory"]
+__all__ = ["import_directory"]
 
 # Plain text for --help: a Sphinx role (:meth:`x`) is printed as its target's name.
 FORMAT_HELP = re.sub(r":\w+:`~?([^`]+)`", r"\1", (__doc__ or "").replace("``", ""))

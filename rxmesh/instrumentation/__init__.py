@@ -24,58 +24,34 @@ check every emit point reads, and operation scopes; ``prometheus`` and ``otel`` 
 
 from __future__ import annotations
 
-from rxmesh.instrumentation._events import (
-    CacheChainBuilt,
-    CacheChainEvicted,
-    ChangeFeedGapDeclared,
-    Event,
-    HealthStatusChanged,
-    IntentRecorded,
-    IntentReissued,
-    IntentSettled,
-    LoopStalled,
-    NodeOperationAnswered,
-    OperationStarted,
-    ProbeRoundTrip,
-    RetryScheduled,
-    WatchReopened,
-    WatchSurfaced,
-)
-from rxmesh.instrumentation._seam import (
-    Installation,
-    Instrument,
-    InstrumentationStatistics,
-    OperationScope,
-    emit,
-    install,
-    installed,
-    operation,
-    statistics,
-)
+# The events and the types a program receives from this seam are importable from here (for
+# ``isinstance``, ``match`` and annotations) and documented, but a program never constructs them
+# for the library, so they stay out of ``__all__``.
+from rxmesh.instrumentation._events import CacheChainBuilt as CacheChainBuilt
+from rxmesh.instrumentation._events import CacheChainEvicted as CacheChainEvicted
+from rxmesh.instrumentation._events import ChangeFeedGapDeclared as ChangeFeedGapDeclared
+from rxmesh.instrumentation._events import Event as Event
+from rxmesh.instrumentation._events import HealthStatusChanged as HealthStatusChanged
+from rxmesh.instrumentation._events import IntentRecorded as IntentRecorded
+from rxmesh.instrumentation._events import IntentReissued as IntentReissued
+from rxmesh.instrumentation._events import IntentSettled as IntentSettled
+from rxmesh.instrumentation._events import LoopStalled as LoopStalled
+from rxmesh.instrumentation._events import NodeOperationAnswered as NodeOperationAnswered
+from rxmesh.instrumentation._events import OperationStarted as OperationStarted
+from rxmesh.instrumentation._events import ProbeRoundTrip as ProbeRoundTrip
+from rxmesh.instrumentation._events import RetryScheduled as RetryScheduled
+from rxmesh.instrumentation._events import WatchReopened as WatchReopened
+from rxmesh.instrumentation._events import WatchSurfaced as WatchSurfaced
+from rxmesh.instrumentation._seam import Installation as Installation
+from rxmesh.instrumentation._seam import Instrument as Instrument
+from rxmesh.instrumentation._seam import InstrumentationStatistics as InstrumentationStatistics
+from rxmesh.instrumentation._seam import OperationScope as OperationScope
 from rxmesh.instrumentation._seam import (
     OperationTrace as OperationTrace,
 )
+from rxmesh.instrumentation._seam import emit, install, installed, operation, statistics
 
 __all__ = [
-    "CacheChainBuilt",
-    "CacheChainEvicted",
-    "ChangeFeedGapDeclared",
-    "Event",
-    "HealthStatusChanged",
-    "Installation",
-    "Instrument",
-    "InstrumentationStatistics",
-    "IntentRecorded",
-    "IntentReissued",
-    "IntentSettled",
-    "LoopStalled",
-    "NodeOperationAnswered",
-    "OperationScope",
-    "OperationStarted",
-    "ProbeRoundTrip",
-    "RetryScheduled",
-    "WatchReopened",
-    "WatchSurfaced",
     "emit",
     "install",
     "installed",

@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 from rxmesh._util.asgi import serve_lifespan
 from rxmesh.instrumentation import _events, _seam
 
-__all__ = ["MetricsApp", "PrometheusInstrument", "metrics_app"]
+__all__ = ["PrometheusInstrument", "metrics_app"]
 
 ASGIApp = Callable[
     [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],

@@ -39,7 +39,8 @@ from rxmesh.ledger._ledger import (
 from rxmesh.ledger._ledger import (
     RecordResult as RecordResult,
 )
-from rxmesh.ledger._models import LedgerStatistics, PendingWrite, PendingWriteOutcome
+from rxmesh.ledger._models import LedgerStatistics as LedgerStatistics
+from rxmesh.ledger._models import PendingWrite, PendingWriteOutcome
 from rxmesh.ledger._recovery import (
     DEFAULT_MAX_CONCURRENT_REISSUES as DEFAULT_MAX_CONCURRENT_REISSUES,
 )
@@ -53,7 +54,6 @@ from rxmesh.ledger._verbs import Answer as Answer
 
 __all__ = [
     "JetStreamLedger",
-    "LedgerStatistics",
     "PendingWrite",
     "PendingWriteLedger",
     "PendingWriteOutcome",

@@ -13,23 +13,18 @@ from __future__ import annotations
 from rxmesh.mesh._access import (
     VERBS as VERBS,
 )
-from rxmesh.mesh._access import (
-    AccessPolicy,
-    GrantPolicy,
-    grant_path,
-    owner_path,
-)
+from rxmesh.mesh._access import AccessPolicy as AccessPolicy
+from rxmesh.mesh._access import GrantPolicy, grant_path, owner_path
 from rxmesh.mesh._access import (
     PartitionFacts as PartitionFacts,
 )
-from rxmesh.mesh._mesh import Mesh, NodeTypeValidator, Validator
+from rxmesh.mesh._mesh import Mesh
+from rxmesh.mesh._mesh import NodeTypeValidator as NodeTypeValidator
+from rxmesh.mesh._mesh import Validator as Validator
 
 __all__ = [
-    "AccessPolicy",
     "GrantPolicy",
     "Mesh",
-    "NodeTypeValidator",
-    "Validator",
     "grant_path",
     "owner_path",
 ]

@@ -28,10 +28,8 @@ from rxmesh.messaging._build import (
 from rxmesh.messaging._build import (
     BuildClaimRequest as BuildClaimRequest,
 )
-from rxmesh.messaging._build import (
-    BuildCoordinator,
-    BuildCoordinatorStatistics,
-)
+from rxmesh.messaging._build import BuildCoordinator
+from rxmesh.messaging._build import BuildCoordinatorStatistics as BuildCoordinatorStatistics
 from rxmesh.messaging._handshake import (
     DEFAULT_COORDINATION_ATTEMPTS as DEFAULT_COORDINATION_ATTEMPTS,
 )
@@ -44,12 +42,11 @@ from rxmesh.messaging._handshake import (
 from rxmesh.messaging._hub import (
     DEFAULT_REQUEST_TIMEOUT as DEFAULT_REQUEST_TIMEOUT,
 )
-from rxmesh.messaging._hub import (
-    MessageContext,
-    MessageHub,
-)
-from rxmesh.messaging._router import Router, RouterStatistics
-from rxmesh.messaging._transport import Transport
+from rxmesh.messaging._hub import MessageContext as MessageContext
+from rxmesh.messaging._hub import MessageHub
+from rxmesh.messaging._router import Router
+from rxmesh.messaging._router import RouterStatistics as RouterStatistics
+from rxmesh.messaging._transport import Transport as Transport
 from rxmesh.messaging._transport_inproc import InProcessTransport
 from rxmesh.messaging._transport_nats import NatsTransport
 from rxmesh.messaging._transport_nats import subject_for as subject_for
@@ -79,13 +76,9 @@ from rxmesh.messaging._witness import (
 
 __all__ = [
     "BuildCoordinator",
-    "BuildCoordinatorStatistics",
     "InProcessTransport",
-    "MessageContext",
     "MessageHub",
     "NatsTransport",
     "Router",
-    "RouterStatistics",
-    "Transport",
     "retry_unreachable_coordination",
 ]

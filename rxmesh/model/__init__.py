@@ -39,7 +39,8 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from rxmesh.model._filters import Filter, and_, field, not_, or_
+from rxmesh.model._filters import Filter as Filter
+from rxmesh.model._filters import and_, field, not_, or_
 from rxmesh.model._order import check_limit, parse_order, sort_key
 from rxmesh.model._rules import (
     MAX_CONTENT_BYTES as MAX_CONTENT_BYTES,
@@ -92,10 +93,8 @@ from rxmesh.model._rules import (
 
 __all__ = [
     "AccessContext",
-    "Filter",
     "FrameKind",
     "MeshNode",
-    "NodeChange",
     "NodeQuery",
     "QueryFrame",
     "and_",

@@ -41,26 +41,17 @@ from loguru import logger
 
 from rxmesh.exceptions import InvalidNodeTypeError, NodeValidationError
 from rxmesh.model import NODE_TYPE_NODE_TYPE, FrameKind, MeshNode, QueryFrame
-from rxmesh.nodetypes._specs import (
-    BakedNodeType,
-    FieldSpec,
-    FieldType,
-    NodeTypeSpec,
-    bake,
-    parse_spec,
-)
+from rxmesh.nodetypes._specs import BakedNodeType as BakedNodeType
+from rxmesh.nodetypes._specs import FieldSpec, FieldType, NodeTypeSpec, bake, parse_spec
 from rxmesh.nodetypes._specs import (
     describe_validation_error as describe_validation_error,
 )
 
 __all__ = [
-    "BakedNodeType",
     "FieldSpec",
     "FieldType",
     "NodeTypeRegistry",
-    "NodeTypeRegistryStatistics",
     "NodeTypeSpec",
-    "RegistryChange",
     "bake",
 ]
 

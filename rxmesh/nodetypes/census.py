@@ -44,7 +44,7 @@ from rxmesh.operators import (
     reopen_on_transient_fault,
 )
 
-__all__ = ["CensusStatistics", "LiveRecordCensus"]
+__all__ = ["LiveRecordCensus"]
 
 CENSUS_QUERY = NodeQuery(node_type=NODE_TYPE_NODE_TYPE)
 """The query the census watches: every NodeType record."""

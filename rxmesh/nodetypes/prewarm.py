@@ -56,7 +56,7 @@ from rxmesh.nodetypes import NodeTypeRegistry, RegistryChange
 from rxmesh.operators import DEFAULT_RETRY_DELAYS, retry_transient_connect
 from rxmesh.providers import Store, observe
 
-__all__ = ["PreWarmResult", "PreWarmer", "StoreBuildWitness"]
+__all__ = ["PreWarmer", "StoreBuildWitness"]
 
 PREWARM_QUERY = NodeQuery(node_type="NodeType")
 """The one-shot query the sweep reads: every NodeType record."""

@@ -52,13 +52,10 @@ from rxmesh.operators._reopen_on_transient_fault import (
 from rxmesh.operators._reopen_on_transient_fault import (
     reopen_on_transient_fault,
 )
-from rxmesh.operators._retry_transient_connect import (
-    DEFAULT_RETRY_DELAYS,
-    retry_transient_connect,
-)
+from rxmesh.operators._retry_transient_connect import DEFAULT_RETRY_DELAYS as DEFAULT_RETRY_DELAYS
+from rxmesh.operators._retry_transient_connect import retry_transient_connect
 
 __all__ = [
-    "DEFAULT_RETRY_DELAYS",
     "Ladder",
     "ReopenLadder",
     "fan_in",

@@ -51,7 +51,7 @@ from rxmesh.providers._memory_verbs import MemoryVerbs, WriteAttempt
 from rxmesh.providers._store import DEFAULT_WRITE_WINDOW
 from rxmesh.providers._window import windowed
 
-__all__ = ["InMemoryStore", "InMemoryStoreStatistics"]
+__all__ = ["InMemoryStore"]
 
 _T = TypeVar("_T")
 _CHANGE_FIELDS = fields_of(NodeChange)

@@ -37,10 +37,12 @@ from rxmesh.testing._fault_store import (
 )
 from rxmesh.testing._fault_store import (
     FaultInjectingStore,
-    FaultInjectingStoreStatistics,
     connect_timeout_error,
     connection_reset_error,
     unreachable_error,
+)
+from rxmesh.testing._fault_store import (
+    FaultInjectingStoreStatistics as FaultInjectingStoreStatistics,
 )
 from rxmesh.testing._fault_store import (
     Operation as Operation,
@@ -63,7 +65,6 @@ from rxmesh.testing._proxy import FaultProxy
 
 __all__ = [
     "FaultInjectingStore",
-    "FaultInjectingStoreStatistics",
     "FaultProxy",
     "TemporaryPgBouncer",
     "TemporaryPostgresCluster",

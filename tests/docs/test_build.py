@@ -26,11 +26,32 @@ def test_every_docs_page_is_in_the_mkdocs_nav() -> None:
     assert not _nav_pages() - pages, "mkdocs.yml's nav lists a page that does not exist"
 
 
+def _exists(target: str) -> bool:
+    """A directive names a module, or a name importable from one (``rxmesh.x.Name``)."""
+    try:
+        if importlib.util.find_spec(target) is not None:
+            return True
+    except ModuleNotFoundError:  # the parent is a plain module: ``target`` is a name in it
+        pass
+    module, _, name = target.rpartition(".")
+    try:
+        return hasattr(importlib.import_module(module), name)
+    except ModuleNotFoundError:
+        return False
+
+
 def test_the_reference_documents_modules_that_exist() -> None:
-    modules = re.findall(r"^::: ([\w.]+)$", (ROOT / "docs" / "reference.md").read_text(), re.M)
-    assert modules
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    targets = re.findall(r"^::: ([\w.]+)$", (ROOT / "docs" / "reference.md").read_text(), re.M)
+    assert targets
+    missing = [t for t in targets if not _exists(t)]
     assert not missing, missing
+
+
+def test_the_existence_check_sees_a_name_that_is_not_there() -> None:
+    # Negative control: a module and a name that do not exist are both reported.
+    assert _exists("rxmesh.faults") and _exists("rxmesh.faults.is_store_unreachable")
+    assert not _exists("rxmesh.faults.no_such_rule")
+    assert not _exists("rxmesh.no_such_module")
 
 
 def test_mkdocs_build_strict_passes(tmp_path: Path) -> None:

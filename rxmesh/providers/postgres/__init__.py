@@ -23,14 +23,13 @@ one way: down this list, never up it.
 """
 
 from rxmesh.exceptions import ChangeFeedUnverifiedError as ChangeFeedUnverifiedError
-from rxmesh.providers.postgres._book import ChangeFeedState, ChangeFeedStatistics
+from rxmesh.providers.postgres._book import ChangeFeedState as ChangeFeedState
+from rxmesh.providers.postgres._book import ChangeFeedStatistics as ChangeFeedStatistics
 from rxmesh.providers.postgres._connections import TARGET_SESSION_ATTRS as TARGET_SESSION_ATTRS
 from rxmesh.providers.postgres._schema import quote_identifier as quote_identifier
-from rxmesh.providers.postgres._store import PostgresStore, PostgresStoreStatistics
+from rxmesh.providers.postgres._store import PostgresStore
+from rxmesh.providers.postgres._store import PostgresStoreStatistics as PostgresStoreStatistics
 
 __all__ = [
-    "ChangeFeedState",
-    "ChangeFeedStatistics",
     "PostgresStore",
-    "PostgresStoreStatistics",
 ]
