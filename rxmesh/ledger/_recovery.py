@@ -309,28 +309,12 @@ class PendingWriteRecovery:
                 type(error).__name__,
                 error,
             )
-            self._finish(
-                reissue,
-                PendingWriteOutcome(
-                    intent=intent,
-                    verdict=Verdict.DROPPED,
-                    reason=RejectionReason.UNKNOWN,
-                    detail=f"Unexpected error: {type(error).__name__}: {error}",
-                ),
-            )
+            self._drop(reissue, f"Unexpected error: {type(error).__name__}: {error}")
 
         def on_completed() -> None:
             if confirming:
                 return
-            self._finish(
-                reissue,
-                PendingWriteOutcome(
-                    intent=intent,
-                    verdict=Verdict.DROPPED,
-                    reason=RejectionReason.UNKNOWN,
-                    detail="the re-issue completed without an answer",
-                ),
-            )
+            self._drop(reissue, "the re-issue completed without an answer")
 
         try:
             source = reissue_of(self._mesh, intent)
@@ -347,6 +331,20 @@ class PendingWriteRecovery:
         if done:
             disposable.dispose()
 
+    def _drop(
+        self,
+        reissue: _Reissue,
+        detail: str,
+        reason: RejectionReason = RejectionReason.UNKNOWN,
+    ) -> None:
+        """Settle ``reissue`` DROPPED: the re-issue ended without a verdict to record."""
+        self._finish(
+            reissue,
+            PendingWriteOutcome(
+                intent=reissue.intent, verdict=Verdict.DROPPED, reason=reason, detail=detail
+            ),
+        )
+
     def _confirm(self, reissue: _Reissue, response: Answer) -> None:
         """Settle a re-issue whose write may have landed by one read (no retry): of its path, or
         a move's target (:func:`~rxmesh.ledger._verbs.confirmed` says which verdict the row
@@ -357,15 +355,11 @@ class PendingWriteRecovery:
             self._finish(reissue, confirmed(intent, response, row))
 
         def failed(error: Exception) -> None:
-            self._finish(
+            self._drop(
                 reissue,
-                PendingWriteOutcome(
-                    intent=intent,
-                    verdict=Verdict.DROPPED,
-                    reason=response.rejection_reason or RejectionReason.UNKNOWN,
-                    detail=f"{response.error or ''} Its outcome could not be confirmed: the "
-                    f"read failed ({type(error).__name__}: {error}).",
-                ),
+                f"{response.error or ''} Its outcome could not be confirmed: the read failed "
+                f"({type(error).__name__}: {error}).",
+                response.rejection_reason or RejectionReason.UNKNOWN,
             )
 
         read = functools.partial(self._mesh.store.read, confirm_path(intent))
