@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,8 @@ from rxmesh.operations import (
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import FaultInjectingStore
-from tests.conftest import PG_DSN, require_server
 from tests.helpers import ALICE, answers
 from tests.mesh.conftest import FAST
-from tests.providers.postgres.kinds import drop_schemas
 
 HUGE = 10**5000
 """More digits than Python turns into text by default (4,300): what issue 31 sent."""
@@ -229,19 +226,6 @@ async def test_json_text_gets_the_same_refusal() -> None:
         mesh.dispose()
     assert answer.rejection_reason is RejectionReason.VALIDATION_FAILED
     assert WHERE in answer.error
-
-
-@pytest.fixture
-async def pg_store() -> AsyncIterator[PostgresStore]:
-    require_server(PG_DSN, 5432, "PostgreSQL")
-    prefix = f"rxi{uuid.uuid4().hex[:8]}_"
-    store = PostgresStore(PG_DSN, schema_prefix=prefix, max_size=2)
-    await store.start()
-    try:
-        yield store
-    finally:
-        await store.close()
-        await drop_schemas(PG_DSN, prefix)
 
 
 @pytest.mark.postgres

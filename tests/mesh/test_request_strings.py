@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +35,9 @@ from rxmesh.operations import (
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.providers.postgres import PostgresStore, quote_identifier
 from rxmesh.testing import FaultInjectingStore
-from tests.conftest import PG_DSN, require_server, session_prefix
-from tests.helpers import answers
+from tests.conftest import PG_DSN
+from tests.helpers import answers, constructed
 from tests.mesh.conftest import FAST
-from tests.providers.postgres.kinds import drop_schemas
 
 NOT_USER_IDS = [
     "", "u\x00x", "..", ".", "a/b", "_x", "_owner", "alice@example.com", "a b", "é", "x" * 129,
@@ -316,18 +314,6 @@ async def test_a_created_by_that_is_a_user_id_names_the_requester() -> None:
     mesh.dispose()
 
 
-def _constructed(model: type[BaseModel], body: dict[str, Any]) -> Any:
-    """``body`` as ``model``, built with ``model_construct`` all the way down (no validation)."""
-    fields = dict(body)
-    if "access" in fields:
-        fields["access"] = AccessContext.model_construct(**fields["access"])
-    if "node" in fields:
-        fields["node"] = MeshNode.model_construct(**fields["node"])
-    if "nodes" in fields:
-        fields["nodes"] = tuple(MeshNode.model_construct(**n) for n in fields["nodes"])
-    return model.model_construct(**fields)
-
-
 VERB_MODELS: dict[str, type[BaseModel]] = {
     "create_node": CreateNodeRequest,
     "create_nodes": CreateNodesRequest,
@@ -344,7 +330,7 @@ async def test_a_request_built_without_validation_is_refused_all_the_same(
     """``model_construct`` and ``model_copy(update=...)`` skip the models' rules; the mesh does not
     trust that a request object went through them."""
     mesh, store = away_mesh()
-    request = _constructed(VERB_MODELS[verb], _with(VERB_BODIES[verb], field, value))
+    request = constructed(VERB_MODELS[verb], _with(VERB_BODIES[verb], field, value))
     answer = await one_answer(_send(mesh, verb, request))
     assert answer.rejection_reason == RejectionReason(reason), answer.error
     assert field.rsplit(".", 1)[-1] in (answer.error or ""), answer.error
@@ -478,7 +464,7 @@ async def test_a_lone_surrogate_in_on_behalf_of_is_refused_before_the_journal_st
     request: Any = {
         "mapping": body,
         "json": json.dumps(body),
-        "constructed": _constructed(CreateNodeRequest, body),
+        "constructed": constructed(CreateNodeRequest, body),
     }[form]
     answer = await one_answer(mesh.create_node(request))
     assert answer.rejection_reason is RejectionReason.VALIDATION_FAILED, answer.error
@@ -487,20 +473,6 @@ async def test_a_lone_surrogate_in_on_behalf_of_is_refused_before_the_journal_st
     assert not [p for p in journal.glob("*") if p.is_file()]
     assert store.statistics().operations == 0
     mesh.dispose()
-
-
-@pytest.fixture
-async def pg_store() -> AsyncIterator[PostgresStore]:
-    """A PostgresStore with its own schema prefix, dropped afterwards."""
-    require_server(PG_DSN, 5432, "PostgreSQL")
-    prefix = session_prefix("s")
-    store = PostgresStore(PG_DSN, schema_prefix=prefix, max_size=2)
-    await store.start()
-    try:
-        yield store
-    finally:
-        await store.close()
-        await drop_schemas(PG_DSN, prefix)
 
 
 async def pg_rows(store: PostgresStore) -> dict[str, tuple[str, ...]]:
