@@ -174,15 +174,7 @@ async def test_a_write_that_reaches_a_standby_in_a_failover_is_unavailable_then_
         try:
             await mesh.create(doc("fo/seed"), access=ALICE)
             schema = store.schema_of("fo")
-            replica = await asyncpg.connect(standby.dsn, timeout=5)
-            try:  # wait until the standby replayed the partition (bounded)
-                async with asyncio.timeout(WAIT):
-                    while not await replica.fetchval(  # noqa: ASYNC110 - replication's pace
-                        "SELECT count(*) FROM pg_tables WHERE schemaname = $1", schema
-                    ):
-                        await asyncio.sleep(0.02)
-            finally:
-                await replica.close()
+            await _replayed(standby, schema)
             collected = Outcomes(mesh.ledger)
 
             proxy.retarget("127.0.0.1", standby.port)  # the address now reaches the standby
