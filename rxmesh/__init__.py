@@ -12,8 +12,9 @@ stores. Under them all: ``faults`` (the one rule), ``exceptions`` (the tree), ``
 ``nodetypes`` (with its ``census`` and ``prewarm``), ``messaging``, ``diagnosis``, ``aio``,
 ``web`` and ``http`` (for services), ``logs`` (to the standard library's logging), ``importer``,
 ``drill``, ``cli``, ``testing``. A name starting with ``_`` is private
-(``rxmesh._util`` holds the helpers several packages share); each public module lists its names in
-``__all__``.
+(``rxmesh._util`` holds the helpers several packages share); each public module lists in
+``__all__`` what a program constructs, calls or catches, and keeps what it only receives
+(statistics, reports, events) importable and documented beside them.
 """
 
 from __future__ import annotations
