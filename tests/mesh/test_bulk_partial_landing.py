@@ -28,7 +28,7 @@ from rxmesh.model import WindowCommitted
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
 from rxmesh.testing._fault_store import unreachable_error
-from tests.helpers import ALICE, BOB
+from tests.helpers import ALICE, BOB, doc
 
 from .conftest import FAST, make_mesh
 
@@ -42,9 +42,6 @@ def nodes(prefix: str, count: int) -> tuple[MeshNode, ...]:
         MeshNode(path=f"{prefix}/n{i:05d}", node_type="Doc", content={"i": i}) for i in range(count)
     )
 
-
-def doc(path: str, **content: object) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
 
 
 # ---------------------------------------------------------------- windows that committed

@@ -18,13 +18,9 @@ from rxmesh import (
 )
 from rxmesh.aio import first_value
 from rxmesh.operations import DeleteNodeRequest, MoveNodeRequest, UpdateNodeRequest
-from tests.helpers import ALICE, BOB, CAROL, Outcomes
+from tests.helpers import ALICE, BOB, CAROL, Outcomes, doc
 
 from .conftest import make_mesh
-
-
-def doc(path: str, **content: object) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
 
 
 async def test_a_user_without_rights_cannot_delete_a_node_created_concurrently() -> None:

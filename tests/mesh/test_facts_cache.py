@@ -17,7 +17,7 @@ from rxmesh.model import ChangeFeedGap
 from rxmesh.operations import CreateNodeRequest, CreateNodeResponse, RejectionReason
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
-from tests.helpers import ALICE, BOB
+from tests.helpers import ALICE, BOB, doc
 
 from .conftest import FAST, make_mesh
 
@@ -25,9 +25,6 @@ from .conftest import FAST, make_mesh
 async def ask(mesh: Mesh, request: CreateNodeRequest) -> CreateNodeResponse:
     return await first_value(mesh.create_node(request), timeout=10)
 
-
-def doc(path: str, **content: object) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content=dict(content) or {"x": 1})
 
 
 def calls(store: FaultInjectingStore) -> list[str]:

@@ -24,13 +24,9 @@ from rxmesh.operations import (
     UpdateNodeRequest,
 )
 from rxmesh.testing import FaultInjectingStore
-from tests.helpers import ALICE, MALLORY, Outcomes
+from tests.helpers import ALICE, MALLORY, Outcomes, doc
 
 from .conftest import make_mesh
-
-
-def doc(path: str, **content: object) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
 
 
 async def send(mesh: Mesh, req: Any) -> Any:

@@ -16,17 +16,13 @@ from pathlib import Path
 import pytest
 from reactivex import operators as ops
 
-from rxmesh import CreateNodeRequest, CreateNodesRequest, MeshNode, RejectionReason
+from rxmesh import CreateNodeRequest, CreateNodesRequest, RejectionReason
 from rxmesh.aio import first_value
 from rxmesh.ledger import PendingWriteLedger
-from tests.helpers import ALICE, LogRecords
+from tests.helpers import ALICE, LogRecords, doc
 from tests.ledger._blocking import BOUND, FdatasyncGate
 
 from .conftest import make_mesh
-
-
-def doc(path: str) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content={"x": 1})
 
 
 def _reloaded(journal_dir: Path) -> list[str]:

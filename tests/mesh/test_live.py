@@ -6,21 +6,18 @@ import asyncio
 
 from reactivex.testing import TestScheduler
 
-from rxmesh import Mesh, MeshNode
+from rxmesh import Mesh
 from rxmesh.exceptions import QueryProviderStalledError
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import FrameKind, NodeQuery, QueryFrame
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
-from tests.helpers import ALICE
+from tests.helpers import ALICE, doc
 
 from .conftest import make_mesh
 
 QUERY = NodeQuery(partition="acme", node_type="Doc")
 
-
-def doc(path: str) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content={"x": 1})
 
 
 async def test_a_live_query_gives_an_initial_then_deltas_and_late_subscribers_a_snapshot() -> None:

@@ -22,15 +22,12 @@ from rxmesh.aio import first_value
 from rxmesh.exceptions import PendingWriteHeldError
 from rxmesh.ledger import PendingWrite, PendingWriteLedger
 from rxmesh.operations import CreateNodeResponse
-from tests.helpers import ALICE, BOB, Outcomes
+from tests.helpers import ALICE, BOB, Outcomes, doc
 
 from .conftest import make_mesh
 
 WILL_NOT = "will not be re-issued"
 
-
-def doc(path: str, **content: object) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
 
 
 async def create(mesh: Mesh, node: MeshNode, access: AccessContext) -> CreateNodeResponse:

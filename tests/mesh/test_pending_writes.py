@@ -13,13 +13,9 @@ from rxmesh.exceptions import StoreError
 from rxmesh.ledger import PendingWriteLedger, PendingWriteOutcome, read_journal
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore, unreachable_error
-from tests.helpers import ALICE, BOB, Outcomes
+from tests.helpers import ALICE, BOB, Outcomes, doc
 
 from .conftest import FAST, make_mesh
-
-
-def doc(path: str) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content={"x": 1})
 
 
 async def seeded_outage(**options: object) -> tuple[Mesh, FaultInjectingStore]:

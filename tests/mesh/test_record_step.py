@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from reactivex import operators as ops
 
-from rxmesh import CreateNodeRequest, CreateNodesRequest, MeshNode, RejectionReason
+from rxmesh import CreateNodeRequest, CreateNodesRequest, RejectionReason
 from rxmesh.aio import first_value
 from rxmesh.exceptions import JournalError
 from rxmesh.ledger import PendingWrite, PendingWriteLedger, RecordResult, read_journal
-from tests.helpers import ALICE, LogRecords
+from tests.helpers import ALICE, LogRecords, doc
 
 from .conftest import make_mesh
 
@@ -38,9 +38,6 @@ class BrokenLedger(PendingWriteLedger):
     async def record_many_durably(self, intents: Iterable[PendingWrite]) -> list[RecordResult]:
         raise self.error
 
-
-def doc(path: str) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content={"x": 1})
 
 
 FAILURES = [

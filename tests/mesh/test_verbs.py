@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from reactivex import Observable
 
-from rxmesh import AccessContext, Mesh, MeshNode, RejectionReason
+from rxmesh import AccessContext, Mesh, RejectionReason
 from rxmesh.aio import first_value
 from rxmesh.exceptions import (
     NodeAccessDeniedError,
@@ -20,13 +20,9 @@ from rxmesh.operations import (
     NodeOperationResponse,
     UpdateNodeRequest,
 )
-from tests.helpers import ALICE, BOB
+from tests.helpers import ALICE, BOB, doc
 
 from .conftest import make_mesh
-
-
-def doc(path: str, **content: object) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
 
 
 def ask_verb(mesh: Mesh, verb: str) -> Observable[NodeOperationResponse]:

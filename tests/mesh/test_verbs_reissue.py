@@ -31,15 +31,12 @@ from rxmesh.operations import (
 from rxmesh.providers._memory_verbs import MemoryVerbs
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore, connection_reset_error
-from tests.helpers import ALICE, BOB, Outcomes
+from tests.helpers import ALICE, BOB, Outcomes, doc
 
 from .conftest import FAST, make_mesh
 
 VERBS = ["update", "delete", "move"]
 
-
-def doc(path: str, **content: object) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content=content or {"x": 1})
 
 
 def request(verb: str, **basis: Any) -> UpdateNodeRequest | DeleteNodeRequest | MoveNodeRequest:

@@ -11,22 +11,19 @@ import asyncio
 import pytest
 from reactivex.testing import TestScheduler
 
-from rxmesh import Mesh, MeshNode
+from rxmesh import Mesh
 from rxmesh.aio import iterate
 from rxmesh.exceptions import StoreError
 from rxmesh.ledger import PendingWriteLedger
 from rxmesh.model import FrameKind, NodeQuery, QueryFrame
 from rxmesh.providers.memory import InMemoryStore
 from rxmesh.testing import FaultInjectingStore
-from tests.helpers import ALICE, until
+from tests.helpers import ALICE, doc, until
 
 from .conftest import FAST
 
 QUERY = NodeQuery(partition="acme", node_type="Doc")
 
-
-def doc(path: str) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content={"x": 1})
 
 
 def mesh_on(

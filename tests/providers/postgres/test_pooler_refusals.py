@@ -16,20 +16,17 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import pytest
 
-from rxmesh import MeshNode
 from rxmesh.exceptions import StoreError
 from rxmesh.faults import is_store_unreachable, is_write_outcome_unknown
 from rxmesh.providers.postgres import PostgresStore
 from rxmesh.testing import TemporaryPgBouncer, TemporaryPostgresCluster
 from tests.conftest import IN_CI, throwaway_cluster
+from tests.providers.postgres.kinds import doc
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 WAIT = 20.0
 
-
-def doc(path: str) -> MeshNode:
-    return MeshNode(path=path, node_type="Doc", content={"p": path})
 
 
 @pytest.fixture(scope="module")
