@@ -97,10 +97,10 @@ class _View:
 class _Lab:
     """One store over two loaded partitions under a prefix of the bench's own."""
 
-    def __init__(self, dsn: str, rows: int, small: int) -> None:
+    def __init__(self, dsn: str, rows: int, small: int, prefix: str | None = None) -> None:
         self.dsn = dsn
         self.sizes = {BIG: rows, SMALL: small}
-        self.prefix = f"rxb{uuid.uuid4().hex[:8]}_"
+        self.prefix = prefix or f"rxb{uuid.uuid4().hex[:8]}_"
         # A listener slow to come back, so the gap's writes land while it is down.
         self.store = PostgresStore(
             dsn, schema_prefix=self.prefix, max_size=4, reconnect_backoff=(0.3,)
@@ -372,9 +372,11 @@ async def measure(
     changes: int = 1_000,
     gap_fraction: float = 0.01,
     repeat: int = 5,
+    prefix: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Every line, one dict each (see the module docstring)."""
-    async with _Lab(dsn, rows, small) as lab:
+    """Every line, one dict each (see the module docstring); ``prefix``: the schema prefix to
+    load under (a fresh one if not given), so a caller can tell the bench's schemas from others'."""
+    async with _Lab(dsn, rows, small, prefix) as lab:
         lines = [
             await filtered_initial(lab, repeat),
             await delta_by_view_size(lab, deltas),
