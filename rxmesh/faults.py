@@ -326,8 +326,6 @@ def _names_no_answer(frame: BaseException) -> bool:
     return False
 
 
-
-
 def is_no_answer_in_time(exc: BaseException | None) -> bool:
     """Whether ``exc`` says "no answer arrived in time", in either of its two shapes.
 

@@ -43,7 +43,6 @@ def nodes(prefix: str, count: int) -> tuple[MeshNode, ...]:
     )
 
 
-
 # ---------------------------------------------------------------- windows that committed
 
 

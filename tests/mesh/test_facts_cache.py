@@ -26,7 +26,6 @@ async def ask(mesh: Mesh, request: CreateNodeRequest) -> CreateNodeResponse:
     return await first_value(mesh.create_node(request), timeout=10)
 
 
-
 def calls(store: FaultInjectingStore) -> list[str]:
     return [op.op for op in store.operations]
 

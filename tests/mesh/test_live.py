@@ -19,7 +19,6 @@ from .conftest import make_mesh
 QUERY = NodeQuery(partition="acme", node_type="Doc")
 
 
-
 async def test_a_live_query_gives_an_initial_then_deltas_and_late_subscribers_a_snapshot() -> None:
     mesh, _ = make_mesh()
     await mesh.create(doc("acme/a"), access=ALICE)

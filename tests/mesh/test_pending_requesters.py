@@ -29,7 +29,6 @@ from .conftest import make_mesh
 WILL_NOT = "will not be re-issued"
 
 
-
 async def create(mesh: Mesh, node: MeshNode, access: AccessContext) -> CreateNodeResponse:
     return await first_value(mesh.create_node(CreateNodeRequest(node=node, access=access)))
 

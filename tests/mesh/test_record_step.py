@@ -39,7 +39,6 @@ class BrokenLedger(PendingWriteLedger):
         raise self.error
 
 
-
 FAILURES = [
     UnicodeEncodeError("utf-8", "x\ud800", 1, 2, "surrogates not allowed"),
     JournalError("disk full", path="/journal"),

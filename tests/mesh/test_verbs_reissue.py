@@ -38,7 +38,6 @@ from .conftest import FAST, make_mesh
 VERBS = ["update", "delete", "move"]
 
 
-
 def request(verb: str, **basis: Any) -> UpdateNodeRequest | DeleteNodeRequest | MoveNodeRequest:
     if verb == "update":
         return UpdateNodeRequest(node=doc("acme/a", x=2), access=ALICE, **basis)

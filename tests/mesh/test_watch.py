@@ -25,7 +25,6 @@ from .conftest import FAST
 QUERY = NodeQuery(partition="acme", node_type="Doc")
 
 
-
 def mesh_on(
     scheduler: TestScheduler, inner: InMemoryStore | None = None
 ) -> tuple[Mesh, FaultInjectingStore]:

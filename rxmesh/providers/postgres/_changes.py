@@ -28,7 +28,6 @@ from rxmesh.providers.postgres._schema import _LIVE_COLUMNS, _LIVE_SETTINGS, quo
 __all__ = ["Changes", "ChangesSince"]
 
 
-
 @dataclass(slots=True)
 class ChangesSince:
     """What changed in a query's result after one position, as of ``position``."""

@@ -28,7 +28,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 WAIT = 20.0
 
 
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[TemporaryPostgresCluster]:
     with throwaway_cluster() as server:
